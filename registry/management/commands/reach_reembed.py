@@ -1,0 +1,32 @@
+"""python manage.py reach_reembed [--embedder SPEC]: rebuild every vector after the embedder changes."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+from tqdm import tqdm
+
+from registry.choices import VersionState
+from registry.embedding import get_embedder
+from registry.embedding_service import capability_version_embed
+from registry.models import CapabilityVector, CapabilityVersion
+from registry.signals import capability_vectors_changed
+
+
+class Command(BaseCommand):
+    help = "Re-embed the examples, negative cases and descriptions of every ACTIVE capability version."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--embedder", default=None, help="Embedder spec (default: settings REACH_EMBEDDER).")
+        parser.add_argument("--keep-others", action="store_true",
+                            help="Keep vectors of other embedders (default: delete them).")
+
+    def handle(self, *args, embedder=None, keep_others=False, **options):
+        emb = get_embedder(embedder)
+        versions = list(CapabilityVersion.objects.filter(state=VersionState.ACTIVE))
+        for version in tqdm(versions, desc=f"Embedding with {emb.name}", unit="version",
+                            disable=options["verbosity"] == 0):
+            capability_version_embed(version=version, embedder=emb)
+        if not keep_others:
+            CapabilityVector.objects.exclude(embedder=emb.name).delete()
+        capability_vectors_changed.send(sender=CapabilityVersion, version_ids=[v.pk for v in versions])
+        self.stdout.write(f"Re-embedded {len(versions)} version(s) with {emb.name}.")

@@ -1,0 +1,282 @@
+"""Writes to the registry: agent self-registration, heartbeats, liveness, allowlisting and version lifecycle."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from registry.audit import audit, snapshot
+from registry.choices import AgentStatus, Liveness, Transport, VersionState
+from registry.models import Agent, AllowlistEntry, CapabilityVersion, Environment, Instance, Team, hash_key
+
+logger = logging.getLogger(__name__)
+
+INSTANCE_AUDIT_FIELDS = ["url", "transport", "health_url", "weight", "max_concurrency", "max_qps",
+                         "reg_version", "liveness"]
+
+
+def allowlist_entry_for_key(raw_key: str) -> AllowlistEntry | None:
+    if not raw_key:
+        return None
+    return (AllowlistEntry.objects.select_related("environment", "team")
+            .filter(key_hash=hash_key(raw_key), enabled=True).first())
+
+
+@transaction.atomic
+def allowlist_entry_issue(*, endpoint_id: str, environment: str, team: str, actor=None) -> tuple[AllowlistEntry, str]:
+    """Allowlist ``endpoint_id`` in ``environment`` and issue (or rotate) its agent key. Returns the raw key."""
+    env, _ = Environment.objects.get_or_create(name=environment)
+    team_obj, _ = Team.objects.get_or_create(slug=team, defaults={"name": team})
+    entry, created = AllowlistEntry.objects.get_or_create(
+        environment=env, endpoint_id=endpoint_id, defaults={"team": team_obj}
+    )
+    if not created and entry.team_id != team_obj.pk:
+        raise Conflict(f"'{endpoint_id}' is allowlisted in '{environment}' for team '{entry.team.slug}'.")
+    raw = entry.issue_key()
+    entry.enabled = True
+    entry.save()
+    audit(action="allowlist.key_issued" if created else "allowlist.key_rotated", target=entry, actor=actor,
+          after={"endpoint_id": endpoint_id, "environment": environment, "key_prefix": entry.key_prefix})
+    return entry, raw
+
+
+@transaction.atomic
+def agent_register(
+    *,
+    entry: AllowlistEntry,
+    endpoint_id: str,
+    environment: str,
+    instance_id: str,
+    url: str,
+    transport: str = Transport.HTTP,
+    health_url: str = "",
+    status_url: str = "",
+    weight: int = 100,
+    max_concurrency: int = 16,
+    max_qps: float = 100.0,
+    reg_version: int,
+    started_at: datetime | None = None,
+    display_name: str = "",
+) -> Instance:
+    """Register (or re-register) one instance of an agent, enforcing the allowlist and environment rules.
+
+    - the credential's allowlist entry must be for this endpoint id in this environment;
+    - an agent registered in another environment is never overwritten (a dev agent must not take prod traffic);
+    - a registration older than the stored one (``reg_version``) is refused;
+    - when another instance of the agent holds the same address, the newer ``started_at`` wins (port drift).
+    """
+    if entry.endpoint_id != endpoint_id or entry.environment.name != environment:
+        raise PermissionDenied(
+            f"'{endpoint_id}' is not allowlisted for environment '{environment}' with this credential.",
+            code="not_allowlisted",
+        )
+    agent = Agent.objects.select_for_update().filter(endpoint_id=endpoint_id).select_related("environment").first()
+    if agent is None:
+        agent = Agent.objects.create(endpoint_id=endpoint_id, team=entry.team, environment=entry.environment,
+                                     display_name=display_name or endpoint_id)
+        audit(action="agent.created", target=agent, actor_label=f"agent:{endpoint_id}",
+              after=snapshot(agent, ["endpoint_id", "team", "environment"]))
+    elif agent.environment_id != entry.environment_id:
+        raise Conflict(
+            f"Agent '{endpoint_id}' is registered in environment '{agent.environment.name}'; a registration from "
+            f"'{environment}' may not overwrite it.",
+            code="environment_conflict",
+        )
+    if agent.status == AgentStatus.DISABLED:
+        raise PermissionDenied(f"Agent '{endpoint_id}' is disabled.", code="agent_disabled")
+
+    # The same address may not be claimed across environments either.
+    foreign = (Instance.objects.filter(url=url, deregistered_at__isnull=True)
+               .exclude(agent__environment_id=agent.environment_id).select_related("agent__environment").first())
+    if foreign is not None:
+        raise Conflict(
+            f"Address {url} is registered to '{foreign.agent.endpoint_id}' in environment "
+            f"'{foreign.agent.environment.name}'.",
+            code="environment_conflict",
+        )
+
+    now = timezone.now()
+    instance = Instance.objects.select_for_update().filter(agent=agent, instance_id=instance_id).first()
+    before = snapshot(instance, INSTANCE_AUDIT_FIELDS) if instance else None
+    if instance is not None and reg_version < instance.reg_version:
+        raise Conflict(
+            f"reg_version {reg_version} is older than the registered {instance.reg_version}; refused.",
+            code="stale_registration",
+        )
+
+    # Port drift: another instance of this agent still holds the address. The newer start wins.
+    holders = list(Instance.objects.select_for_update().filter(agent=agent, url=url, deregistered_at__isnull=True)
+                   .exclude(instance_id=instance_id))
+    for holder in holders:
+        if started_at and holder.started_at and holder.started_at > started_at:
+            raise Conflict(
+                f"Address {url} is held by instance '{holder.instance_id}' started later ({holder.started_at:%Y-%m-%dT%H:%M:%S}).",
+                code="stale_registration",
+            )
+        holder.deregistered_at = now
+        holder.liveness = Liveness.OFFLINE
+        holder.save(update_fields=["deregistered_at", "liveness"])
+        audit(action="instance.replaced", target=holder, actor_label=f"agent:{endpoint_id}",
+              before={"url": url, "instance_id": holder.instance_id}, after={"replaced_by": instance_id})
+
+    fields = dict(url=url, transport=transport, health_url=health_url, status_url=status_url, weight=weight,
+                  max_concurrency=max_concurrency, max_qps=max_qps, reg_version=reg_version, started_at=started_at,
+                  last_heartbeat_at=now, last_seen_at=now, liveness=Liveness.ONLINE, suspect_since=None,
+                  deregistered_at=None)
+    if instance is None:
+        instance = Instance.objects.create(agent=agent, instance_id=instance_id, **fields)
+    else:
+        for key, value in fields.items():
+            setattr(instance, key, value)
+        instance.save()
+    audit(action="instance.registered", target=instance, actor_label=f"agent:{endpoint_id}", before=before,
+          after=snapshot(instance, INSTANCE_AUDIT_FIELDS))
+    return instance
+
+
+def _own_instance(entry: AllowlistEntry, instance_id: str) -> Instance:
+    instance = (Instance.objects.select_related("agent")
+                .filter(agent__endpoint_id=entry.endpoint_id, agent__environment_id=entry.environment_id,
+                        instance_id=instance_id).first())
+    if instance is None:
+        raise NotFound(f"No instance '{instance_id}' registered for '{entry.endpoint_id}'. Register first.")
+    return instance
+
+
+def agent_heartbeat(*, entry: AllowlistEntry, instance_id: str, in_flight: int = 0, load: float = 0.0) -> Instance:
+    """Record a heartbeat. Cheap on purpose: one UPDATE, plus an audit row only when liveness changes."""
+    instance = _own_instance(entry, instance_id)
+    if instance.deregistered_at is not None:
+        raise Conflict(f"Instance '{instance_id}' is deregistered; register again.", code="deregistered")
+    now = timezone.now()
+    Instance.objects.filter(pk=instance.pk).update(
+        last_heartbeat_at=now, last_seen_at=now, in_flight=in_flight, load=load,
+        liveness=Liveness.ONLINE, suspect_since=None,
+    )
+    if instance.liveness != Liveness.ONLINE:
+        audit(action="instance.liveness", target=instance, actor_label=f"agent:{entry.endpoint_id}",
+              before={"liveness": instance.liveness}, after={"liveness": Liveness.ONLINE, "reason": "heartbeat"})
+    instance.liveness = Liveness.ONLINE
+    instance.in_flight, instance.load, instance.last_heartbeat_at = in_flight, load, now
+    return instance
+
+
+@transaction.atomic
+def agent_deregister(*, entry: AllowlistEntry, instance_id: str) -> Instance:
+    instance = _own_instance(entry, instance_id)
+    before = snapshot(instance, INSTANCE_AUDIT_FIELDS)
+    instance.deregistered_at = timezone.now()
+    instance.liveness = Liveness.OFFLINE
+    instance.save(update_fields=["deregistered_at", "liveness"])
+    audit(action="instance.deregistered", target=instance, actor_label=f"agent:{entry.endpoint_id}", before=before,
+          after=snapshot(instance, INSTANCE_AUDIT_FIELDS))
+    return instance
+
+
+# --- liveness --------------------------------------------------------------------------------------------
+
+def _reach(name: str) -> float:
+    return float(settings.REACH[name])
+
+
+def _set_liveness(instance: Instance, new: str, reason: str, **extra) -> None:
+    old = instance.liveness
+    updated = Instance.objects.filter(pk=instance.pk, liveness=old).update(liveness=new, **extra)
+    if updated:
+        audit(action="instance.liveness", target=instance, actor_label="system:liveness",
+              before={"liveness": old}, after={"liveness": new, "reason": reason})
+        logger.info("instance liveness changed", extra={"instance": str(instance), "from": old, "to": new,
+                                                        "reason": reason})
+
+
+def liveness_sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """ONLINE -> SUSPECT after SUSPECT_AFTER_S without a heartbeat or good probe. SUSPECT -> OFFLINE when it stays
+    silent and its probes keep failing for OFFLINE_AFTER_S more. Returns the ids that need a probe."""
+    now = now or timezone.now()
+    suspect_cutoff = now - timedelta(seconds=_reach("SUSPECT_AFTER_S"))
+    changed = {"suspect": 0, "offline": 0}
+    live = Instance.objects.filter(deregistered_at__isnull=True)
+    for instance in live.filter(liveness=Liveness.ONLINE, last_seen_at__lt=suspect_cutoff):
+        _set_liveness(instance, Liveness.SUSPECT, "no heartbeat", suspect_since=now)
+        changed["suspect"] += 1
+    offline_cutoff = now - timedelta(seconds=_reach("OFFLINE_AFTER_S"))
+    # Probes run in their own task; only a failing probe made after the instance turned SUSPECT counts.
+    for instance in live.filter(liveness=Liveness.SUSPECT, suspect_since__lt=offline_cutoff,
+                                last_probe_ok=False, last_probe_at__gte=F("suspect_since")):
+        _set_liveness(instance, Liveness.OFFLINE, "heartbeat and probes failing")
+        changed["offline"] += 1
+    return changed
+
+
+def instances_to_probe(*, now: datetime | None = None) -> list[int]:
+    """Instances whose liveness is in doubt (SUSPECT, or OFFLINE: a good probe brings one back) and whose last probe
+    is older than PROBE_INTERVAL_S."""
+    now = now or timezone.now()
+    due = now - timedelta(seconds=_reach("PROBE_INTERVAL_S"))
+    return list(Instance.objects.filter(deregistered_at__isnull=True,
+                                        liveness__in=[Liveness.SUSPECT, Liveness.OFFLINE])
+                .filter(models.Q(last_probe_at__isnull=True) | models.Q(last_probe_at__lt=due)
+                        | models.Q(last_probe_at__lt=F("suspect_since")))
+                .exclude(health_url="").values_list("pk", flat=True))
+
+
+def instance_probe_record(*, instance_id: int, ok: bool, now: datetime | None = None) -> Instance:
+    """Record a probe result: a success brings the instance ONLINE at once; failures count toward OFFLINE."""
+    now = now or timezone.now()
+    instance = Instance.objects.select_related("agent").get(pk=instance_id)
+    if ok:
+        Instance.objects.filter(pk=instance.pk).update(last_probe_at=now, last_probe_ok=True, last_seen_at=now)
+        if instance.liveness != Liveness.ONLINE:
+            _set_liveness(instance, Liveness.ONLINE, "probe ok", suspect_since=None)
+    else:
+        Instance.objects.filter(pk=instance.pk).update(last_probe_at=now, last_probe_ok=False)
+        instance.last_probe_ok = False
+        if (instance.liveness == Liveness.SUSPECT and instance.suspect_since
+                and (now - instance.suspect_since).total_seconds() >= _reach("OFFLINE_AFTER_S")):
+            _set_liveness(instance, Liveness.OFFLINE, "heartbeat and probes failing")
+    instance.refresh_from_db()
+    return instance
+
+
+def probe_health(url: str) -> bool:
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=_reach("PROBE_TIMEOUT_S"))
+        return response.status_code < 400
+    except httpx.HTTPError:
+        return False
+
+
+# --- version lifecycle (the review workflow in reviews/ builds on these) ------------------------------------
+
+@transaction.atomic
+def capability_version_activate(*, version: CapabilityVersion, actor=None, actor_label: str = "") -> CapabilityVersion:
+    """Make a version ACTIVE (retiring the previous ACTIVE one unless this is a canary) and embed it."""
+    from registry.tasks import embed_capability_version
+
+    version = CapabilityVersion.objects.select_for_update().get(pk=version.pk)
+    if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
+        raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
+    before = {"state": version.state}
+    if not version.is_canary:
+        for old in CapabilityVersion.objects.select_for_update().filter(
+            capability=version.capability, state=VersionState.ACTIVE
+        ).exclude(pk=version.pk):
+            old.state = VersionState.RETIRED
+            old.save(update_fields=["state", "updated_at"])
+            audit(action="version.retired", target=old, actor=actor, actor_label=actor_label,
+                  before={"state": VersionState.ACTIVE}, after={"state": VersionState.RETIRED})
+    version.state = VersionState.ACTIVE
+    version.activated_at = timezone.now()
+    version.save(update_fields=["state", "activated_at", "updated_at"])
+    audit(action="version.activated", target=version, actor=actor, actor_label=actor_label, before=before,
+          after={"state": VersionState.ACTIVE, "canary": version.is_canary})
+    transaction.on_commit(lambda: embed_capability_version.delay(version.pk))
+    return version

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from tests.helpers import AgentProcess, WorkerProcess
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_redis():
+    """Tests use their own Redis database (see settings); start each run from an empty one."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.flushdb()
+    yield client
+
+
+@pytest.fixture(autouse=True)
+def environments(request):
+    """Transactional tests flush the data migrations' rows; put the environments back for every DB test."""
+    marker = request.node.get_closest_marker("django_db")
+    names = set(request.fixturenames)
+    if marker is None and not names & {"db", "transactional_db", "live_server"}:
+        return
+    transactional = (marker is not None and marker.kwargs.get("transaction")) or names & {"transactional_db",
+                                                                                          "live_server"}
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    from registry.models import Environment
+
+    for name in ("dev", "staging", "prod"):
+        Environment.objects.get_or_create(name=name)
+
+
+@pytest.fixture(scope="session")
+def celery_worker_proc(django_db_setup, django_db_blocker):
+    worker = WorkerProcess().start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def agent_procs(tmp_path):
+    started: list[AgentProcess] = []
+
+    def start(agents: list[str], **kwargs) -> AgentProcess:
+        proc = AgentProcess(agents, tmp=tmp_path, **kwargs).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user(username="caller", password="pw-caller-123")
+
+
+@pytest.fixture
+def api(user):
+    from rest_framework.authtoken.models import Token
+
+    token, _ = Token.objects.get_or_create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client

@@ -1,0 +1,126 @@
+"""Real processes for tests: example agents and a Celery worker, pointed at the test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+BASE = Path(__file__).resolve().parent.parent
+DESCRIPTORS = BASE / "examples" / "descriptors"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1, message: str = "condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+def subprocess_env() -> dict:
+    from django.conf import settings
+    from django.db import connection
+
+    env = dict(os.environ)
+    env["DATABASE_URL"] = settings.DATABASE_URL
+    env["REACH_DB_NAME"] = connection.settings_dict["NAME"]
+    env["DJANGO_SETTINGS_MODULE"] = "reach_platform.settings"
+    return env
+
+
+class AgentProcess:
+    """examples/agents/server.py in its own process, serving some agents on free ports."""
+
+    def __init__(self, agents: list[str], *, gateway: str = "", keys: dict | None = None, faults: dict | None = None,
+                 heartbeat: float = 10.0, tmp: Path | None = None, port_offset: int | None = None):
+        self.agents = agents
+        self.gateway = gateway
+        self.keys = keys or {}
+        self.faults = faults or {}
+        self.heartbeat = heartbeat
+        self.tmp = tmp or Path("/tmp")
+        self.port_offset = port_offset if port_offset is not None else free_port() - 9100
+        self.proc: subprocess.Popen | None = None
+        self.urls: dict[str, str] = {}
+
+    def start(self) -> AgentProcess:
+        keys_file = self.tmp / f"keys-{os.getpid()}-{self.port_offset}.json"
+        keys_file.write_text(json.dumps(self.keys))
+        cmd = [sys.executable, str(BASE / "examples/agents/server.py"), "--agents", ",".join(self.agents),
+               "--port-offset", str(self.port_offset), "--heartbeat", str(self.heartbeat),
+               "--faults", json.dumps(self.faults)]
+        if self.gateway:
+            cmd += ["--gateway", self.gateway, "--keys", str(keys_file)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        for line in self.proc.stdout:
+            if line.startswith("agent "):
+                parts = line.split()
+                self.urls[parts[1]] = parts[-1]
+            if line.strip() == "ready":
+                break
+        assert set(self.urls) == set(self.agents), f"agents did not start: {self.urls}"
+        return self
+
+    def url(self, agent: str) -> str:
+        return self.urls[agent]
+
+    def stats(self, agent: str) -> dict:
+        return httpx.get(f"{self.urls[agent]}/stats", timeout=5).json()
+
+    def set_faults(self, agent: str, **faults) -> None:
+        httpx.post(f"{self.urls[agent]}/faults", json=faults, timeout=5).raise_for_status()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class WorkerProcess:
+    """A real Celery worker (prefork) on the test database and the test Redis database."""
+
+    def __init__(self, concurrency: int = 2, extra: list[str] | None = None):
+        self.concurrency = concurrency
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> WorkerProcess:
+        from reach_platform.celery import app
+
+        cmd = [sys.executable, "-m", "celery", "-A", "reach_platform", "worker", "-l", "warning",
+               "--concurrency", str(self.concurrency), "--without-gossip", "--without-mingle", *self.extra]
+        self.proc = subprocess.Popen(cmd, cwd=BASE, env=subprocess_env(), start_new_session=True)
+        wait_until(lambda: app.control.ping(timeout=0.5), timeout=60, message="celery worker to answer ping")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)

@@ -177,6 +177,31 @@ REACH = {
     "OFFLINE_AFTER_S": env_float("REACH_OFFLINE_AFTER_S", 30),
     "PROBE_INTERVAL_S": env_float("REACH_PROBE_INTERVAL_S", 30),
     "PROBE_TIMEOUT_S": env_float("REACH_PROBE_TIMEOUT_S", 2),
+    # Resolver (BRIEF §2): decision bands on the calibrated score, score weights, candidates kept.
+    "EXECUTE_AT": env_float("REACH_EXECUTE_AT", 0.75),
+    "CONFIRM_AT": env_float("REACH_CONFIRM_AT", 0.55),
+    "WEIGHTS": {
+        "rule": env_float("REACH_WEIGHT_RULE", 0.3),
+        "semantic": env_float("REACH_WEIGHT_SEMANTIC", 0.5),
+        "confidence": env_float("REACH_WEIGHT_CONFIDENCE", 0.1),
+        "health": env_float("REACH_WEIGHT_HEALTH", 0.1),
+    },
+    "TOP_K": int(env_float("REACH_TOP_K", 3)),
+    "CANDIDATES": 20,  # nearest centroids fetched from pgvector before rescoring
+    # Gateway (BRIEF §3)
+    "MAX_DEPTH": 5,
+    "RETRY_BUDGET": 3,
+    "BACKOFF_BASE_S": 0.2,
+    "BACKOFF_CAP_S": 5.0,
+    "BACKOFF_JITTER_S": 0.2,
+    "MIN_TIMEOUT_S": 2.0,
+    "TIMEOUT_P95_FACTOR": 1.5,
+    "BREAKER_WINDOW_S": 10,
+    "BREAKER_MIN_REQUESTS": 20,
+    "BREAKER_FAILURE_RATE": 0.4,
+    "BREAKER_OPEN_S": 30,
+    "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
+    "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),
 }
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

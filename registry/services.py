@@ -13,6 +13,7 @@ from django.utils import timezone
 from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from registry.audit import audit, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
+from registry.generation import bump_generation
 from registry.models import Agent, AllowlistEntry, CapabilityVersion, Environment, Instance, Team, hash_key
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ def agent_heartbeat(*, entry: AllowlistEntry, instance_id: str, in_flight: int =
         liveness=Liveness.ONLINE, suspect_since=None,
     )
     if instance.liveness != Liveness.ONLINE:
+        bump_generation()
         audit(action="instance.liveness", target=instance, actor_label=f"agent:{entry.endpoint_id}",
               before={"liveness": instance.liveness}, after={"liveness": Liveness.ONLINE, "reason": "heartbeat"})
     instance.liveness = Liveness.ONLINE
@@ -189,6 +191,7 @@ def _set_liveness(instance: Instance, new: str, reason: str, **extra) -> None:
     old = instance.liveness
     updated = Instance.objects.filter(pk=instance.pk, liveness=old).update(liveness=new, **extra)
     if updated:
+        bump_generation()
         audit(action="instance.liveness", target=instance, actor_label="system:liveness",
               before={"liveness": old}, after={"liveness": new, "reason": reason})
         logger.info("instance liveness changed", extra={"instance": str(instance), "from": old, "to": new,

@@ -192,8 +192,8 @@ def make_handler(state: AgentState):
                     return self._send(202, {"endpoint_id": state.endpoint_id, "accepted": True})
                 time.sleep(state.delay_s())
                 if state.faults["fail_rate"] and state.rng.random() < state.faults["fail_rate"]:
-                    return self._send(int(state.faults["fail_status"]), {"error": "injected failure",
-                                                                         "retryable": True})
+                    status = int(state.faults["fail_status"])
+                    return self._send(status, {"error": "injected failure", "retryable": status >= 500})
                 result = state.answer(capability, body.get("payload") or {})
                 if state.faults["call"]:
                     result["nested"] = nested_call(state, self.headers)

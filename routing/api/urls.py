@@ -1,1 +1,9 @@
-urlpatterns: list = []
+from django.urls import path
+
+from routing.api import views
+
+urlpatterns = [
+    path("resolve", views.ResolveView.as_view(), name="resolve"),
+    path("invoke", views.InvokeView.as_view(), name="invoke"),
+    path("tasks/<str:request_id>", views.TaskView.as_view(), name="task-detail"),
+]

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from routing.models import Attempt, Task, TaskEvent
+
+
+class ResolveInput(serializers.Serializer):
+    task = serializers.CharField(required=False, allow_blank=False, max_length=4000)
+    capability = serializers.CharField(required=False, max_length=120)
+    payload = serializers.JSONField(required=False, default=None)
+    action = serializers.CharField(required=False, max_length=40)
+    domains = serializers.ListField(child=serializers.CharField(max_length=60), required=False)
+    top_k = serializers.IntegerField(required=False, min_value=1, max_value=20)
+    cost_preference = serializers.FloatField(required=False, min_value=0, max_value=1, default=0.0)
+
+    def validate(self, attrs):
+        if not attrs.get("task") and not attrs.get("capability"):
+            raise serializers.ValidationError("Give either 'task' or 'capability'.")
+        if attrs.get("payload") is not None and not isinstance(attrs["payload"], dict):
+            raise serializers.ValidationError({"payload": "must be a JSON object"})
+        return attrs
+
+
+class InvokeInput(ResolveInput):
+    payload = serializers.JSONField(required=False, default=dict)
+    request_id = serializers.CharField(required=False, max_length=100)
+    mode = serializers.ChoiceField(choices=["sync", "async"], default="sync")
+    callback_url = serializers.URLField(required=False, allow_blank=True, default="", max_length=500)
+    user_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    confirm = serializers.CharField(required=False, max_length=120)
+
+
+class EventOutput(serializers.ModelSerializer):
+    class Meta:
+        model = TaskEvent
+        fields = ["at", "from_status", "to_status", "detail"]
+
+
+class AttemptOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = ["number", "version", "instance", "started_at", "latency_ms", "timeout_ms", "outcome",
+                  "status_code", "error", "is_retry", "is_fallback", "usage"]
+
+
+class TaskOutput(serializers.ModelSerializer):
+    agent = serializers.SerializerMethodField()
+    capability_version = serializers.SerializerMethodField()
+    candidates = serializers.SerializerMethodField()
+    attempts = serializers.IntegerField(source="attempts_count")
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Task
+        fields = ["request_id", "status", "fallback", "agent", "capability_version", "result", "error",
+                  "candidates", "decision", "attempts", "trace_id", "created_at", "updated_at", "links"]
+
+    def get_agent(self, obj):
+        return obj.version.capability.agent.endpoint_id if obj.version_id else None
+
+    def get_capability_version(self, obj):
+        return f"{obj.version.capability.name}@{obj.version.version}" if obj.version_id else None
+
+    def get_candidates(self, obj):
+        return obj.decision.get("candidates", []) if obj.status == "needs_confirmation" else None
+
+    def get_links(self, obj):
+        return {"self": f"/api/v1/tasks/{obj.request_id}"}
+
+
+class TaskDetailOutput(TaskOutput):
+    events = EventOutput(many=True, read_only=True)
+    attempt_list = AttemptOutput(source="attempts", many=True, read_only=True)
+
+    class Meta(TaskOutput.Meta):
+        fields = [*TaskOutput.Meta.fields, "events", "attempt_list"]

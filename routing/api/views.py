@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from routing import resolver, services
+from routing.api.serializers import InvokeInput, ResolveInput, TaskDetailOutput, TaskOutput
+from routing.choices import TaskStatus
+
+HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
+               TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
+               TaskStatus.PENDING: 202, TaskStatus.ROUTED: 202}
+
+
+def _int_header(request, name: str, default: int | None) -> int | None:
+    raw = request.headers.get(name)
+    if raw is None:
+        return default
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        from reach_platform.errors import InvalidInput
+
+        raise InvalidInput(f"Header {name} must be an integer.")
+
+
+class ResolveView(APIView):
+    """A dry run of the routing decision: no task, no call, no side effect."""
+
+    @extend_schema(request=ResolveInput, responses={200: dict})
+    def post(self, request):
+        data = ResolveInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        resolution = resolver.resolve(**data.validated_data)
+        return Response(resolution.as_dict())
+
+
+class InvokeView(APIView):
+    @extend_schema(request=InvokeInput, responses={200: TaskOutput})
+    def post(self, request):
+        data = InvokeInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        headers = services.InvokeHeaders(
+            depth=_int_header(request, "X-Reach-Depth", 0),
+            call_path=tuple(p for p in request.headers.get("X-Reach-Call-Path", "").split(",") if p),
+            retry_budget=_int_header(request, "X-Reach-Retry-Budget", None),
+            trace_id=request.headers.get("X-Reach-Trace-Id", ""),
+            traceparent=request.headers.get("traceparent", ""),
+            parent_request_id=request.headers.get("X-Reach-Parent-Request-Id", ""),
+        )
+        task = services.task_invoke(caller=request.user, headers=headers, **data.validated_data)
+        return Response(TaskOutput(task).data, status=HTTP_STATUS.get(task.status, 200))
+
+
+class TaskView(APIView):
+    @extend_schema(responses={200: TaskDetailOutput})
+    def get(self, request, request_id: str):
+        task = services.task_for_caller(request_id=request_id, caller=request.user)
+        return Response(TaskDetailOutput(task).data)

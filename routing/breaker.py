@@ -1,0 +1,89 @@
+"""Circuit breaker per instance, shared by every gateway process through Redis (BRIEF §3).
+
+Closed: outcomes are counted in one-second buckets; when the last BREAKER_WINDOW_S seconds hold at least
+BREAKER_MIN_REQUESTS calls and BREAKER_FAILURE_RATE of them failed, the breaker opens for BREAKER_OPEN_S.
+Open: the instance gets no traffic. Half-open (the open key expired): one probe call at a time is let through;
+its success closes the breaker (counts cleared), its failure opens it again.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+
+from routing.snapshot import redis_client
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+def _cfg(key: str):
+    return settings.REACH[key]
+
+
+def _keys(instance_id: int) -> tuple[str, str, str]:
+    base = f"reach:breaker:{instance_id}"
+    return f"{base}:open", f"{base}:probe", f"{base}:tripped"
+
+
+def state(instance_id: int) -> str:
+    open_key, _, tripped_key = _keys(instance_id)
+    r = redis_client()
+    if r.exists(open_key):
+        return OPEN
+    return HALF_OPEN if r.exists(tripped_key) else CLOSED
+
+
+def open_instances(instance_ids: list[int]) -> set[int]:
+    """Instances whose breaker is OPEN (one round trip for all)."""
+    if not instance_ids:
+        return set()
+    flags = redis_client().mget([_keys(i)[0] for i in instance_ids])
+    return {i for i, flag in zip(instance_ids, flags, strict=True) if flag}
+
+
+def allow(instance_id: int) -> bool:
+    """May a call go to this instance now? In half-open, only one probe at a time."""
+    open_key, probe_key, tripped_key = _keys(instance_id)
+    r = redis_client()
+    if r.exists(open_key):
+        return False
+    if r.exists(tripped_key):
+        return bool(r.set(probe_key, "1", nx=True, ex=max(5, int(_cfg("BREAKER_OPEN_S")))))
+    return True
+
+
+def record(instance_id: int, ok: bool) -> str:
+    """Count one outcome; returns the breaker state after it."""
+    open_key, probe_key, tripped_key = _keys(instance_id)
+    r = redis_client()
+    window = int(_cfg("BREAKER_WINDOW_S"))
+    now = int(time.time())
+    if r.exists(tripped_key):  # half-open probe result
+        r.delete(probe_key)
+        if ok:
+            r.delete(tripped_key, *[f"reach:breaker:{instance_id}:{b}:{now - k}" for b in ("n", "f")
+                                    for k in range(window)])
+            return CLOSED
+        r.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
+        return OPEN
+    pipe = r.pipeline()
+    pipe.incr(f"reach:breaker:{instance_id}:n:{now}")
+    pipe.expire(f"reach:breaker:{instance_id}:n:{now}", window + 2)
+    if not ok:
+        pipe.incr(f"reach:breaker:{instance_id}:f:{now}")
+        pipe.expire(f"reach:breaker:{instance_id}:f:{now}", window + 2)
+    pipe.execute()
+    if ok:
+        return CLOSED
+    counts = r.mget([f"reach:breaker:{instance_id}:n:{now - k}" for k in range(window)]
+                    + [f"reach:breaker:{instance_id}:f:{now - k}" for k in range(window)])
+    total = sum(int(c or 0) for c in counts[:window])
+    failed = sum(int(c or 0) for c in counts[window:])
+    if total >= int(_cfg("BREAKER_MIN_REQUESTS")) and failed / total >= float(_cfg("BREAKER_FAILURE_RATE")):
+        pipe = r.pipeline()
+        pipe.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
+        pipe.set(tripped_key, "1")
+        pipe.execute()
+        return OPEN
+    return CLOSED

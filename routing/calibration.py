@@ -1,0 +1,133 @@
+"""Decision bands that mean something for whichever embedder is configured, fitted from the registry alone.
+
+Raw cosine scores are not comparable across embedders (MiniLM and USE spread differently) and a single threshold on
+the top score cannot separate "right", "wrong" and "out of scope" well. So the resolver turns two features of a
+candidate -- its similarity to the capability's centroid ``s`` and its margin over the best other capability ``m`` --
+into a probability of being the right capability, with a logistic model fitted on what the registry holds:
+
+- *in scope*: leave-one-out over registered examples. Each example is scored against the centroid of its own
+  capability computed without it and against every other centroid; it is a positive when its own capability wins.
+- *out of scope*: the same example with its own capability removed (a request no registered capability serves:
+  the best remaining one wins with some margin), plus every negative case. These are negatives, as are in-scope
+  examples whose own capability loses.
+
+Two cut-offs on that probability come from the same data: EXECUTE where at most ``EXECUTE_FALSE_RATE`` of the
+negatives would reach it, CONFIRM where ``CONFIRM_RECALL`` of the positives reach at least it. A piecewise-linear
+map sends those cut-offs to the configured band edges (0.75 and 0.55), so the bands keep their meaning.
+Recomputed by a Celery task whenever capability vectors change.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+EXECUTE_FALSE_RATE = 0.18  # share of simulated out-of-scope / wrong requests let into EXECUTE (chosen on CLINC150 val)
+CONFIRM_RECALL = 0.90       # share of simulated right requests that reach at least CONFIRM
+MAX_CAPABILITIES = 600      # capabilities sampled for leave-one-out (cost bound on very large registries)
+
+
+@dataclass
+class Calibration:
+    coef: tuple[float, float, float]   # logistic model on (s, margin): a, b, intercept
+    p_execute: float
+    p_confirm: float
+    execute_at: float = 0.75
+    confirm_at: float = 0.55
+
+    def probability(self, s: np.ndarray, margin: np.ndarray) -> np.ndarray:
+        a, b, c = self.coef
+        return 1.0 / (1.0 + np.exp(-(a * s + b * margin + c)))
+
+    def band_score(self, s: np.ndarray, margin: np.ndarray) -> np.ndarray:
+        """Calibrated score in [0, 1]: p_confirm maps to confirm_at, p_execute to execute_at."""
+        p = self.probability(s, margin)
+        xs = [0.0, self.p_confirm, self.p_execute, 1.0]
+        ys = [0.0, self.confirm_at, self.execute_at, 1.0]
+        return np.interp(p, xs, ys)
+
+    def to_json(self) -> dict:
+        return {"coef": list(self.coef), "p_execute": self.p_execute, "p_confirm": self.p_confirm}
+
+    @classmethod
+    def from_json(cls, data: dict, execute_at: float = 0.75, confirm_at: float = 0.55) -> Calibration:
+        return cls(coef=tuple(data["coef"]), p_execute=data["p_execute"], p_confirm=data["p_confirm"],
+                   execute_at=execute_at, confirm_at=confirm_at)
+
+
+def default_calibration() -> Calibration:
+    """Before the registry holds enough to fit (fewer than 3 capabilities): raw cosine, margin ignored."""
+    return Calibration(coef=(12.0, 0.0, -9.0), p_execute=1 / (1 + np.exp(-(12 * 0.75 - 9))),
+                       p_confirm=1 / (1 + np.exp(-(12 * 0.55 - 9))))
+
+
+def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 50) -> np.ndarray:
+    """Newton's method (IRLS) for a small logistic regression with an intercept and a little L2."""
+    Xb = np.hstack([X, np.ones((len(X), 1))])
+    w = np.zeros(Xb.shape[1])
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-Xb @ w))
+        grad = Xb.T @ (p - y) + l2 * w
+        H = (Xb * (p * (1 - p))[:, None]).T @ Xb + l2 * np.eye(len(w))
+        step = np.linalg.solve(H, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def top_two(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    part = np.partition(scores, -2, axis=1)[:, -2:] if scores.shape[1] >= 2 else np.hstack(
+        [np.full((len(scores), 1), -1.0), scores])
+    return part.max(1), part.min(1)
+
+
+def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, seed: int = 0,
+                    execute_at: float = 0.75, confirm_at: float = 0.55) -> Calibration:
+    """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases."""
+    k = len(examples)
+    if k < 3:
+        return default_calibration()
+    centroids = np.stack([e.mean(0) for e in examples])
+    sums = np.stack([e.sum(0) for e in examples])
+    counts = np.array([len(e) for e in examples])
+    unit = centroids / np.linalg.norm(centroids, axis=1, keepdims=True)
+    sample = list(range(k))
+    if k > MAX_CAPABILITIES:
+        sample = sorted(random.Random(seed).sample(sample, MAX_CAPABILITIES))
+    feats, labels = [], []
+    for i in sample:
+        E = examples[i]
+        if len(E) < 2:
+            continue
+        loo = (sums[i][None, :] - E) / (counts[i] - 1)
+        loo /= np.linalg.norm(loo, axis=1, keepdims=True)
+        own = (E * loo).sum(1)
+        others = E @ unit.T
+        others[:, i] = -np.inf
+        best_other, second_other = top_two(others)
+        # in scope: own capability vs the best other
+        top = np.maximum(own, best_other)
+        runner = np.where(own >= best_other, best_other, np.maximum(own, second_other))
+        feats.append(np.stack([top, top - runner], 1))
+        labels.append((own > best_other).astype(float))
+        # out of scope: own capability removed
+        feats.append(np.stack([best_other, best_other - second_other], 1))
+        labels.append(np.zeros(len(E)))
+        if len(negatives[i]):
+            neg = negatives[i] @ unit.T
+            b1, b2 = top_two(neg)
+            feats.append(np.stack([b1, b1 - b2], 1))
+            labels.append(np.zeros(len(neg)))
+    X = np.vstack(feats)
+    y = np.concatenate(labels)
+    if y.min() == y.max():
+        return default_calibration()
+    w = _fit_logistic(X, y)
+    p = 1 / (1 + np.exp(-(X @ w[:2] + w[2])))
+    p_execute = float(np.quantile(p[y == 0], 1 - EXECUTE_FALSE_RATE))
+    p_confirm = float(min(np.quantile(p[y == 1], 1 - CONFIRM_RECALL), p_execute - 1e-6))
+    return Calibration(coef=(float(w[0]), float(w[1]), float(w[2])), p_execute=min(p_execute, 0.999999),
+                       p_confirm=max(p_confirm, 1e-6), execute_at=execute_at, confirm_at=confirm_at)

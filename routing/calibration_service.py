@@ -1,0 +1,31 @@
+"""Fit and store the resolver's calibration from the ACTIVE capability versions' vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from registry.choices import VectorKind, VersionState
+from registry.embedding import get_embedder
+from registry.models import CapabilityVector
+from routing.calibration import fit_calibration
+from routing.models import RoutingCalibration
+from routing.snapshot import bump_generation
+
+
+def calibration_refresh(*, embedder: str | None = None) -> dict:
+    name = embedder or get_embedder().name
+    examples: dict[int, list] = {}
+    negatives: dict[int, list] = {}
+    rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE,
+                                           kind__in=[VectorKind.EXAMPLE, VectorKind.NEGATIVE])
+    for vid, kind, emb in rows.values_list("version_id", "kind", "embedding").iterator(chunk_size=5000):
+        (examples if kind == VectorKind.EXAMPLE else negatives).setdefault(vid, []).append(emb)
+    ids = sorted(examples)
+    ex = [np.asarray(examples[i], dtype=np.float32) for i in ids]
+    dim = ex[0].shape[1] if ex else 1
+    neg = [np.asarray(negatives.get(i, np.zeros((0, dim))), dtype=np.float32).reshape(-1, dim) for i in ids]
+    calibration = fit_calibration(ex, neg)
+    RoutingCalibration.objects.update_or_create(embedder=name, defaults={"params": calibration.to_json(),
+                                                                         "capabilities": len(ids)})
+    bump_generation()
+    return {"embedder": name, "capabilities": len(ids), **calibration.to_json()}

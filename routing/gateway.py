@@ -1,0 +1,294 @@
+"""The execution gateway (BRIEF §3): the attempt loop over the ranked candidates.
+
+For each candidate (fallback order) and each try within the shared retry budget:
+quota -> breaker -> transport -> record. Retries only on connection failures, 5xx and explicit retryable errors,
+never on 4xx, and never when a non-idempotent capability may already have run (a timeout or a 5xx after the
+request was sent); the same rule holds for fallback. Output that breaks ``output_schema`` or comes from another
+endpoint id (a stale address) is discarded and the next candidate gets the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+
+from reach_platform.errors import TooManyRequests
+from routing import breaker, capacity
+from routing.choices import AttemptOutcome
+from routing.snapshot import InstanceInfo, VersionInfo, redis_client
+
+logger = logging.getLogger(__name__)
+_client: httpx.Client | None = None
+_client_lock = threading.Lock()
+_rr_counter: dict[int, int] = {}
+_timeouts: dict[int, tuple[float, float]] = {}
+
+
+def http_client() -> httpx.Client:
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = httpx.Client(limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
+    return _client
+
+
+def _cfg(key: str):
+    return settings.REACH[key]
+
+
+@dataclass
+class AttemptRecord:
+    number: int
+    version_id: int
+    instance_id: int | None
+    started_at: datetime
+    latency_ms: float
+    timeout_ms: float
+    outcome: str
+    status_code: int | None = None
+    error: str = ""
+    is_retry: bool = False
+    is_fallback: bool = False
+    usage: dict | None = None
+
+
+@dataclass
+class Execution:
+    ok: bool
+    result: Any = None
+    error: dict | None = None
+    version: VersionInfo | None = None
+    instance: InstanceInfo | None = None
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    fallback: bool = False
+    accepted: bool = False  # an http-async agent ACKed: the outcome comes later by callback
+    budget_left: int = 0
+
+
+def timeout_s(version: VersionInfo) -> float:
+    """max(MIN_TIMEOUT_S, TIMEOUT_P95_FACTOR x p95): observed p95 once 20 latencies are known, else declared."""
+    cached = _timeouts.get(version.id)
+    now = time.monotonic()
+    if cached and now - cached[1] < 5:
+        return cached[0]
+    samples = [float(x) for x in redis_client().lrange(f"reach:lat:{version.id}", 0, 199)]
+    p95 = sorted(samples)[int(0.95 * (len(samples) - 1))] if len(samples) >= 20 else version.p95_latency_ms
+    value = max(float(_cfg("MIN_TIMEOUT_S")), float(_cfg("TIMEOUT_P95_FACTOR")) * p95 / 1000.0)
+    _timeouts[version.id] = (value, now)
+    return value
+
+
+def observe_latency(version_id: int, latency_ms: float) -> None:
+    pipe = redis_client().pipeline()
+    pipe.lpush(f"reach:lat:{version_id}", round(latency_ms, 1))
+    pipe.ltrim(f"reach:lat:{version_id}", 0, 199)
+    pipe.execute()
+
+
+def backoff_s(attempt: int) -> float:
+    return min(float(_cfg("BACKOFF_CAP_S")), float(_cfg("BACKOFF_BASE_S")) * 2 ** attempt) \
+        + random.uniform(0, float(_cfg("BACKOFF_JITTER_S")))
+
+
+# --- instance pick strategies ----------------------------------------------------------------------------
+
+def pick_weighted_round_robin(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+    """Smooth weighted round robin over the instances; ONLINE before SUSPECT. Returns an order to try."""
+    online = [i for i in instances if i.liveness == "online"] or instances
+    total = sum(max(1, i.weight) for i in online)
+    n = _rr_counter.get(id(online[0]), 0) if online else 0
+    slot = n % total if total else 0
+    _rr_counter[id(online[0])] = n + 1
+    order, acc = [], 0
+    for inst in online:
+        acc += max(1, inst.weight)
+        if slot < acc:
+            order.append(inst)
+            break
+    order += [i for i in online if i not in order] + [i for i in instances if i not in online]
+    return order
+
+
+def pick_least_connections(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+    counts = capacity.in_flight([f"instance:{i.id}" for i in instances])
+    return [i for _, i in sorted(zip(counts, instances, strict=True), key=lambda p: (p[1].liveness != "online",
+                                                                                     p[0] / max(1, p[1].weight)))]
+
+
+def pick_consistent_hash(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+    """Rendezvous hashing on the user key: the same user sticks to the same instance while it lives."""
+    import hashlib
+
+    if not key:
+        return pick_weighted_round_robin(instances)
+    return sorted(instances, key=lambda i: hashlib.blake2b(f"{key}:{i.instance_id}".encode(),
+                                                           digest_size=8).digest(), reverse=True)
+
+
+def pick_cost_aware(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+    """Instances of one agent share a price; prefer the least loaded, which wastes least on timeouts."""
+    return pick_least_connections(instances)
+
+
+STRATEGIES = {"weighted_round_robin": pick_weighted_round_robin, "least_connections": pick_least_connections,
+              "consistent_hash": pick_consistent_hash, "cost_aware": pick_cost_aware}
+
+
+# --- the attempt loop -----------------------------------------------------------------------------------
+
+@dataclass
+class CallContext:
+    request_id: str
+    trace_id: str
+    depth: int
+    call_path: list[str]
+    budget: int
+    user_key: str = ""
+    strategy: str = "weighted_round_robin"
+    traceparent: str = ""
+
+
+def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
+    headers = {
+        "X-Reach-Request-Id": ctx.request_id,
+        "X-Reach-Trace-Id": ctx.trace_id,
+        "X-Reach-Depth": str(ctx.depth + 1),
+        "X-Reach-Call-Path": ",".join([*ctx.call_path, version.agent]),
+        "X-Reach-Retry-Budget": str(budget),
+        "traceparent": ctx.traceparent or f"00-{ctx.trace_id[:32].ljust(32, '0')}-{random.getrandbits(64):016x}-01",
+    }
+    return headers
+
+
+def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx: CallContext, budget: int,
+          timeout: float) -> tuple[str, int | None, Any, str, dict | None]:
+    """One HTTP call. Returns (outcome, status, result, error, usage)."""
+    body = {"capability": version.capability, "version": version.version, "payload": payload,
+            "request_id": ctx.request_id}
+    try:
+        response = http_client().post(instance.url, json=body, headers=_headers(ctx, version, budget),
+                                      timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
+    except httpx.TimeoutException as exc:
+        if isinstance(exc, httpx.ConnectTimeout):
+            return AttemptOutcome.CONNECT_ERROR, None, None, "connect timeout", None
+        return AttemptOutcome.TIMEOUT, None, None, f"no answer within {timeout:.1f}s", None
+    except httpx.TransportError as exc:
+        return AttemptOutcome.CONNECT_ERROR, None, None, f"{type(exc).__name__}: {exc}"[:300], None
+    status = response.status_code
+    try:
+        data = response.json()
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {"result": data}
+    if status >= 500:
+        return AttemptOutcome.SERVER_ERROR, status, None, str(data.get("error", response.text[:200])), None
+    if status >= 400:
+        if data.get("retryable") is True:
+            return AttemptOutcome.SERVER_ERROR, status, None, str(data.get("error", "retryable error")), None
+        return AttemptOutcome.CLIENT_ERROR, status, None, str(data.get("error", response.text[:200])), None
+    answered_by = data.get("endpoint_id")
+    if answered_by != version.agent:
+        return AttemptOutcome.FINGERPRINT, status, None, \
+            f"answered as '{answered_by}', expected '{version.agent}' (stale address?)", None
+    if status == 202:
+        return AttemptOutcome.ACCEPTED, status, None, "", data.get("usage")
+    result = data.get("result")
+    if version.output_schema:
+        errors = [e.message for e in Draft202012Validator(version.output_schema).iter_errors(result)]
+        if errors:
+            return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], data.get("usage")
+    return AttemptOutcome.SUCCESS, status, result, "", data.get("usage")
+
+
+# Outcomes after which the agent may have executed the request.
+_MAY_HAVE_RUN = {AttemptOutcome.TIMEOUT, AttemptOutcome.SERVER_ERROR, AttemptOutcome.BAD_OUTPUT,
+                 AttemptOutcome.FINGERPRINT}
+_RETRYABLE = {AttemptOutcome.TIMEOUT, AttemptOutcome.CONNECT_ERROR, AttemptOutcome.SERVER_ERROR}
+
+
+def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -> Execution:
+    """Try the candidates in order with retries inside the shared budget. Raises TooManyRequests when every
+    candidate is at capacity and nothing was attempted."""
+    execution = Execution(ok=False, budget_left=ctx.budget)
+    number = 0
+    busy_wait: float | None = None
+    for c_index, version in enumerate(candidates):
+        if not version.instances:
+            continue
+        tries = 0
+        while True:
+            order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key)
+            instance, wait = _admit(order)
+            if instance is None:
+                busy_wait = wait if busy_wait is None else min(busy_wait, wait)
+                break
+            number += 1
+            timeout = timeout_s(version)
+            started = timezone.now()
+            t0 = time.perf_counter()
+            try:
+                outcome, status, result, error, usage = _call(instance, version, payload, ctx,
+                                                              execution.budget_left, timeout)
+            finally:
+                capacity.release(f"instance:{instance.id}")
+            latency = (time.perf_counter() - t0) * 1000
+            ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
+            breaker.record(instance.id, ok or outcome == AttemptOutcome.CLIENT_ERROR)
+            if ok:
+                observe_latency(version.id, latency)
+            execution.attempts.append(AttemptRecord(
+                number=number, version_id=version.id, instance_id=instance.id, started_at=started,
+                latency_ms=latency, timeout_ms=timeout * 1000, outcome=outcome, status_code=status, error=error,
+                is_retry=tries > 0, is_fallback=c_index > 0, usage=usage))
+            if ok:
+                execution.ok = True
+                execution.accepted = outcome == AttemptOutcome.ACCEPTED
+                execution.result, execution.version, execution.instance = result, version, instance
+                execution.fallback = c_index > 0
+                return execution
+            execution.error = {"code": outcome, "message": error, "agent": version.agent, "status": status}
+            execution.version, execution.instance = version, instance
+            if not version.idempotent and outcome in _MAY_HAVE_RUN:
+                # it may have run: neither a retry nor a fallback may run it again
+                execution.error["message"] += " (not idempotent: not retried)"
+                return execution
+            if outcome == AttemptOutcome.CLIENT_ERROR:
+                return execution  # the request itself is wrong: no other agent will take it either
+            if (outcome in _RETRYABLE and execution.budget_left > 0 and tries < version.max_retries):
+                execution.budget_left -= 1
+                tries += 1
+                time.sleep(backoff_s(tries - 1))
+                continue
+            break  # next candidate
+    if not execution.attempts and busy_wait is not None:
+        raise TooManyRequests("Every capable agent is at capacity; try again shortly.", retry_after=busy_wait,
+                              code="agent_overloaded")
+    return execution
+
+
+def _admit(order: list[InstanceInfo]) -> tuple[InstanceInfo | None, float]:
+    """First instance in ``order`` whose breaker, rate and concurrency let a call through."""
+    wait = 1.0
+    for instance in order:
+        if not breaker.allow(instance.id):
+            continue
+        token_wait = capacity.take_token(f"instance:{instance.id}", instance.max_qps)
+        if token_wait > 0:
+            wait = min(wait, token_wait)
+            continue
+        if not capacity.acquire(f"instance:{instance.id}", instance.max_concurrency):
+            continue
+        return instance, 0.0
+    return None, wait

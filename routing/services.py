@@ -1,0 +1,211 @@
+"""The invoke path, readable top to bottom:
+api view -> task_invoke -> resolver.resolve -> gateway.execute (attempt loop) -> task state + events + attempts."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
+from routing import capacity, gateway, resolver
+from routing.choices import SETTLED, Decision, TaskStatus
+from routing.models import Attempt, Task, TaskEvent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class InvokeHeaders:
+    """What a nested call carries from the agent that makes it."""
+
+    depth: int = 0
+    call_path: tuple[str, ...] = ()
+    retry_budget: int | None = None
+    trace_id: str = ""
+    traceparent: str = ""
+    parent_request_id: str = ""
+
+
+class Timeline:
+    """Transitions collected during one invoke, written in one batch with the outcome."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.events: list[TaskEvent] = []
+
+    def move(self, to: str, **detail) -> None:
+        self.events.append(TaskEvent(task=self.task, at=timezone.now(), from_status=self.task.status,
+                                     to_status=to, detail=detail))
+        self.task.status = to
+
+
+def _reach(key: str):
+    return settings.REACH[key]
+
+
+def _trace_from(headers: InvokeHeaders) -> str:
+    if headers.trace_id:
+        return headers.trace_id[:64]
+    if headers.traceparent and len(headers.traceparent.split("-")) == 4:
+        return headers.traceparent.split("-")[1]
+    return uuid.uuid4().hex
+
+
+def task_invoke(*, caller, payload: dict, task: str | None = None, capability: str | None = None,
+                request_id: str | None = None, mode: str = "sync", callback_url: str = "", top_k: int | None = None,
+                user_key: str = "", confirm: str | None = None, action: str | None = None,
+                domains: list[str] | None = None, cost_preference: float = 0.0,
+                headers: InvokeHeaders | None = None) -> Task:
+    headers = headers or InvokeHeaders()
+    if headers.depth >= _reach("MAX_DEPTH"):
+        raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
+                           code="depth_exceeded")
+    request_id = request_id or uuid.uuid4().hex
+    existing = Task.objects.filter(request_id=request_id).first()
+    if existing is not None:
+        return _repeat(existing, caller=caller, confirm=confirm, payload=payload, headers=headers)
+    budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
+                                                                            _reach("RETRY_BUDGET"))
+    try:
+        with transaction.atomic():
+            row = Task.objects.create(
+                request_id=request_id, caller=caller, mode=mode, capability_requested=capability or "",
+                task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
+                top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
+                call_path=list(headers.call_path), trace_id=_trace_from(headers),
+                parent_request_id=headers.parent_request_id)
+            TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+    except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
+        return _repeat(Task.objects.get(request_id=request_id), caller=caller, confirm=confirm, payload=payload,
+                       headers=headers)
+    return _run(row, task=task, capability=capability, payload=payload, action=action, domains=domains,
+                cost_preference=cost_preference, traceparent=headers.traceparent)
+
+
+def _repeat(row: Task, *, caller, confirm: str | None, payload: dict, headers: InvokeHeaders) -> Task:
+    """A request_id seen before: never execute twice. Wait for a running one, then return its stored outcome."""
+    if row.caller_id and caller is not None and row.caller_id != caller.pk:
+        raise Conflict("This request_id belongs to another caller.", code="request_id_conflict")
+    if confirm and row.status == TaskStatus.NEEDS_CONFIRMATION:
+        allowed = {c["capability"] for c in row.decision.get("candidates", [])}
+        if confirm not in allowed:
+            raise InvalidInput(f"'{confirm}' is not one of the candidates: {', '.join(sorted(allowed))}.")
+        if Task.objects.filter(pk=row.pk, status=TaskStatus.NEEDS_CONFIRMATION).update(
+                status=TaskStatus.PENDING, capability_requested=confirm):
+            TaskEvent.objects.create(task=row, at=timezone.now(), from_status=TaskStatus.NEEDS_CONFIRMATION,
+                                     to_status=TaskStatus.PENDING, detail={"confirmed": confirm})
+            row.refresh_from_db()
+            return _run(row, task=None, capability=confirm, payload=row.payload, action=None, domains=None,
+                        cost_preference=0.0, traceparent=headers.traceparent)
+    deadline = time.monotonic() + 60
+    while row.status not in SETTLED and row.mode == "sync" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        row.refresh_from_db()
+    return row
+
+
+def _run(row: Task, *, task, capability, payload, action, domains, cost_preference, traceparent) -> Task:
+    timeline = Timeline(row)
+    caller_key = f"caller:{row.caller_id}"
+    if not capacity.acquire(caller_key, _reach("CALLER_MAX_CONCURRENCY")):
+        _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_concurrency", "message": "quota"})
+        from reach_platform.errors import TooManyRequests
+
+        raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
+                              code="caller_concurrency")
+    try:
+        wait = capacity.take_token(caller_key, _reach("CALLER_MAX_QPS"))
+        if wait > 0:
+            _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_rate", "message": "quota"})
+            from reach_platform.errors import TooManyRequests
+
+            raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
+        resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
+                                      domains=domains, top_k=row.top_k, cost_preference=cost_preference)
+        row.decision = resolution.as_dict()
+        row.text_hash = resolution.text_hash
+        if resolution.decision == Decision.CONFIRM:
+            timeline.move(TaskStatus.NEEDS_CONFIRMATION, score=row.decision["score"])
+            return _finish(row, timeline)
+        if resolution.decision == Decision.MANUAL_REVIEW:
+            timeline.move(TaskStatus.MANUAL_REVIEW, score=row.decision["score"],
+                          reason=row.decision["reasons"][0] if row.decision["reasons"] else "")
+            return _finish(row, timeline)
+        # loop guard: an agent already on the call path may not be called again (A -> B -> A)
+        path = set(row.call_path)
+        candidates = [c.version for c in resolution.candidates if c.version.agent not in path]
+        if not candidates:
+            _finish(row, timeline, TaskStatus.FAILED, error={"code": "cycle_detected", "message":
+                                                              "every candidate is already on the call path"})
+            raise Conflict(f"Call cycle refused: {' -> '.join([*row.call_path, resolution.candidates[0].version.agent])}.",
+                           code="cycle_detected")
+        if resolution.decision == Decision.EXECUTE and capability is None:
+            candidates = candidates[: row.top_k]
+        timeline.move(TaskStatus.ROUTED, agent=candidates[0].agent, capability=candidates[0].capability)
+        timeline.move(TaskStatus.RUNNING)
+        ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
+                                  call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
+                                  traceparent=traceparent)
+        try:
+            execution = gateway.execute(candidates=candidates, payload=payload, ctx=ctx)
+        except Exception:
+            _finish(row, timeline, TaskStatus.FAILED, error={"code": "overloaded", "message": "no capacity"})
+            raise
+        row.retry_budget = execution.budget_left
+        row.fallback = execution.fallback
+        if execution.version:
+            row.version_id = execution.version.id
+        if execution.instance:
+            row.instance_id = execution.instance.id
+        if execution.ok and execution.accepted:
+            timeline.move(TaskStatus.ACCEPTED)
+            return _finish(row, timeline, attempts=execution.attempts)
+        if execution.ok:
+            row.result = execution.result
+            return _finish(row, timeline, TaskStatus.SUCCEEDED, attempts=execution.attempts,
+                           fallback=execution.fallback)
+        return _finish(row, timeline, TaskStatus.FAILED, error=execution.error, attempts=execution.attempts)
+    finally:
+        capacity.release(caller_key)
+
+
+def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: dict | None = None,
+            attempts: list | None = None, fallback: bool = False) -> Task:
+    if status:
+        detail = {"fallback": True} if fallback else {}
+        if error:
+            detail["error"] = error.get("code")
+        timeline.move(status, **detail)
+    if error is not None:
+        row.error = error
+    attempts = attempts or []
+    row.attempts_count = len(attempts)
+    with transaction.atomic():
+        row.save()
+        TaskEvent.objects.bulk_create(timeline.events)
+        Attempt.objects.bulk_create([
+            Attempt(task=row, number=a.number, version_id=a.version_id, instance_id=a.instance_id,
+                    started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,
+                    status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
+                    usage=a.usage) for a in attempts])
+    logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
+                                          "status": row.status, "decision": row.decision.get("decision"),
+                                          "agent": attempts[-1].version_id if attempts else None})
+    return row
+
+
+def task_for_caller(*, request_id: str, caller) -> Task:
+    from reach_platform.errors import NotFound
+
+    row = Task.objects.filter(request_id=request_id).first()
+    if row is None:
+        raise NotFound(f"No task with request_id '{request_id}'.")
+    if row.caller_id and caller is not None and row.caller_id != caller.pk and not caller.is_staff:
+        raise PermissionDenied("This task belongs to another caller.")
+    return row

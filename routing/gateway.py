@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.utils import timezone
-from jsonschema import Draft202012Validator
 
 from reach_platform.errors import TooManyRequests
 from routing import breaker, capacity
 from routing.choices import AttemptOutcome
+from routing.schemas import validator_for
 from routing.snapshot import InstanceInfo, VersionInfo, redis_client
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,10 @@ def pick_weighted_round_robin(instances: list[InstanceInfo], key: str | None = N
     """Smooth weighted round robin over the instances; ONLINE before SUSPECT. Returns an order to try."""
     online = [i for i in instances if i.liveness == "online"] or instances
     total = sum(max(1, i.weight) for i in online)
-    n = _rr_counter.get(id(online[0]), 0) if online else 0
+    rr_key = online[0].id if online else 0
+    n = _rr_counter.get(rr_key, 0)
     slot = n % total if total else 0
-    _rr_counter[id(online[0])] = n + 1
+    _rr_counter[rr_key] = n + 1
     order, acc = [], 0
     for inst in online:
         acc += max(1, inst.weight)
@@ -206,7 +207,7 @@ def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx: Call
         return AttemptOutcome.ACCEPTED, status, None, "", data.get("usage")
     result = data.get("result")
     if version.output_schema:
-        errors = [e.message for e in Draft202012Validator(version.output_schema).iter_errors(result)]
+        errors = [e.message for e in validator_for(version.output_schema).iter_errors(result)]
         if errors:
             return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], data.get("usage")
     return AttemptOutcome.SUCCESS, status, result, "", data.get("usage")

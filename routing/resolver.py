@@ -23,18 +23,17 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from jsonschema import Draft202012Validator
 
 from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
 from registry.vectors import nearest_versions
 from routing import breaker, capacity, snapshot
 from routing.choices import Decision
+from routing.schemas import validator_for
 
 _EMBED_CACHE: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 _EMBED_CACHE_MAX = 5000
 _WORD = re.compile(r"[a-z0-9][a-z0-9'._+-]*|[\u3040-\u30ff\u3400-\u9fff]+")
-_validators: dict[int, Draft202012Validator] = {}
 
 
 @dataclass
@@ -128,23 +127,15 @@ def rule_hits(text: str, snap: snapshot.Snapshot) -> dict[int, int]:
     return hits
 
 
-def _validator(version: snapshot.VersionInfo) -> Draft202012Validator | None:
-    if not version.input_schema:
-        return None
-    v = _validators.get(version.id)
-    if v is None:
-        v = _validators[version.id] = Draft202012Validator(version.input_schema)
-    return v
-
-
 def payload_problems(version: snapshot.VersionInfo, payload: dict | None) -> list[str]:
     """Why ``payload`` may not go to ``version``: input schema errors and matching reject conditions."""
+    if payload is None:
+        return []
     problems = []
-    validator = _validator(version)
-    if validator is not None and payload is not None:
-        problems += [f"input_schema: {e.message}" for e in validator.iter_errors(payload)][:3]
+    if version.input_schema:
+        problems += [f"input_schema: {e.message}" for e in validator_for(version.input_schema).iter_errors(payload)][:3]
     for i, condition in enumerate(version.reject_conditions):
-        if payload is not None and Draft202012Validator(condition).is_valid(payload):
+        if validator_for(condition).is_valid(payload):
             problems.append(f"reject_conditions[{i}] matches the payload")
     return problems
 

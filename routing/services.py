@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
+from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied, TooManyRequests
 from routing import capacity, gateway, resolver
 from routing.choices import SETTLED, Decision, TaskStatus
 from routing.models import Attempt, Task, TaskEvent
@@ -115,16 +115,12 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
     caller_key = f"caller:{row.caller_id}"
     if not capacity.acquire(caller_key, _reach("CALLER_MAX_CONCURRENCY")):
         _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_concurrency", "message": "quota"})
-        from reach_platform.errors import TooManyRequests
-
         raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
                               code="caller_concurrency")
     try:
         wait = capacity.take_token(caller_key, _reach("CALLER_MAX_QPS"))
         if wait > 0:
             _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_rate", "message": "quota"})
-            from reach_platform.errors import TooManyRequests
-
             raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
         resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
                                       domains=domains, top_k=row.top_k, cost_preference=cost_preference)
@@ -196,13 +192,11 @@ def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: 
                     usage=a.usage) for a in attempts])
     logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
                                           "status": row.status, "decision": row.decision.get("decision"),
-                                          "agent": attempts[-1].version_id if attempts else None})
+                                          "agent": (row.decision.get("candidates") or [{}])[0].get("agent")})
     return row
 
 
 def task_for_caller(*, request_id: str, caller) -> Task:
-    from reach_platform.errors import NotFound
-
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")

@@ -8,7 +8,6 @@ Version vectors are immutable per (version, embedder) and cached separately, loa
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -160,11 +159,3 @@ def clear_caches() -> None:
     _snapshot = None
     _vectors.clear()
 
-
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False

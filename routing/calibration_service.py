@@ -7,7 +7,7 @@ import numpy as np
 from registry.choices import VectorKind, VersionState
 from registry.embedding import get_embedder
 from registry.models import CapabilityVector
-from routing.calibration import fit_calibration
+from routing.calibration import HEAD_MAX_CAPABILITIES, fit_calibration, fit_head_calibration
 from routing.models import RoutingCalibration
 from routing.snapshot import bump_generation
 
@@ -24,8 +24,12 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     ex = [np.asarray(examples[i], dtype=np.float32) for i in ids]
     dim = ex[0].shape[1] if ex else 1
     neg = [np.asarray(negatives.get(i, np.zeros((0, dim))), dtype=np.float32).reshape(-1, dim) for i in ids]
-    calibration = fit_calibration(ex, neg)
-    RoutingCalibration.objects.update_or_create(embedder=name, defaults={"params": calibration.to_json(),
-                                                                         "capabilities": len(ids)})
+    head = None
+    if 3 <= len(ids) <= HEAD_MAX_CAPABILITIES and all(len(e) >= 2 for e in ex):
+        calibration, head = fit_head_calibration(ex, neg, ids)
+    else:
+        calibration = fit_calibration(ex, neg)
+    RoutingCalibration.objects.update_or_create(embedder=name, defaults={
+        "params": calibration.to_json(), "capabilities": len(ids), "head": head.to_bytes() if head else None})
     bump_generation()
     return {"embedder": name, "capabilities": len(ids), **calibration.to_json()}

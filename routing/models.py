@@ -92,6 +92,7 @@ class RoutingCalibration(models.Model):
 
     embedder = models.CharField(max_length=200, unique=True)
     params = models.JSONField(default=dict)
+    head = models.BinaryField(null=True, blank=True, help_text="The discriminative head (npz), when fitted.")
     capabilities = models.PositiveIntegerField(default=0)
     computed_at = models.DateTimeField(auto_now=True)
 

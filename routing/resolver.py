@@ -208,10 +208,15 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         return resolution
     ids = [vid for vid, _ in nearest]
     sims = np.array([s for _, s in nearest], dtype=np.float64)
+    # The ranking signal: the head's logits when fitted and covering every candidate, else the cosines.
+    ranking = sims
+    if snap.head is not None and snap.calibration.mode == "head" and all(v in snap.head_rows for v in ids):
+        rows = [snap.head_rows[v] for v in ids]
+        ranking = (snap.head.W[rows] @ query + snap.head.b[rows]).astype(np.float64)
     # margin of each candidate over the best other capability
-    best = sims.max()
-    second = np.partition(sims, -2)[-2] if len(sims) > 1 else -1.0
-    margins = np.where(sims >= best, sims - second, sims - best)
+    best = ranking.max()
+    second = np.partition(ranking, -2)[-2] if len(ranking) > 1 else best - 1.0
+    margins = np.where(ranking >= best, ranking - second, ranking - best)
     calibrated = snap.calibration.band_score(sims, margins)
     w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
     # semantic component such that a healthy, fully trusted agent with no rule evidence scores exactly the
@@ -243,14 +248,17 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         if health == 0.0:
             resolution.filtered.append({"capability": info.capability, "reason": reasons[0]})
             continue
-        rule = min(1.0, hits.get(info.id, 0) / 2.0) if hits else float(semantic[i])
+        # keyword/tag hits can only lift a candidate: without them the semantic score stands in for the rules
+        rule = max(float(semantic[i]), min(1.0, hits.get(info.id, 0) / 2.0))
         load = capacity.load_ratio(info.instances)
         capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
         cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
         score = (w_rule * rule + w_sem * float(semantic[i]) + w_conf * info.confidence_weight
                  + w_health * health) / (w_rule + w_sem + w_conf + w_health)
         score -= capacity_penalty + cost_penalty
-        reasons = [f"cosine {sims[i]:.3f} to the examples' centroid, margin {margins[i]:+.3f} over the runner-up"] \
+        signal = "head logit" if ranking is not sims else "cosine"
+        reasons = [f"cosine {sims[i]:.3f} to the examples' centroid, {signal} margin {margins[i]:+.3f} over the "
+                   "runner-up"] \
             + ([f"{hits[info.id]} keyword hit(s)"] if hits.get(info.id) else []) + reasons
         if capacity_penalty:
             reasons.append(f"near capacity ({load:.0%} of max_concurrency)")

@@ -64,6 +64,8 @@ class Snapshot:
     by_capability: dict[str, list[VersionInfo]]
     calibration: object
     keyword_index: dict[str, set[int]]
+    head: object = None              # routing.calibration.Head, when fitted
+    head_rows: dict[int, int] = field(default_factory=dict)  # version id -> row of head.W
 
 
 _lock = threading.Lock()
@@ -91,7 +93,7 @@ def current() -> Snapshot:
 
 def _build(generation: int) -> Snapshot:
     from registry.embedding import get_embedder
-    from routing.calibration import Calibration, default_calibration
+    from routing.calibration import Calibration, Head, default_calibration
     from routing.models import RoutingCalibration
 
     versions: dict[int, VersionInfo] = {}
@@ -124,8 +126,10 @@ def _build(generation: int) -> Snapshot:
     bands = settings.REACH
     calibration = (Calibration.from_json(row.params, bands["EXECUTE_AT"], bands["CONFIRM_AT"]) if row
                    else default_calibration())
+    head = Head.from_bytes(row.head) if row and row.head else None
+    head_rows = {int(vid): i for i, vid in enumerate(head.version_ids)} if head is not None else {}
     return Snapshot(generation=generation, versions=versions, by_capability=by_capability,
-                    calibration=calibration, keyword_index=keyword_index)
+                    calibration=calibration, keyword_index=keyword_index, head=head, head_rows=head_rows)
 
 
 def version_vectors(version_ids: list[int], embedder: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:

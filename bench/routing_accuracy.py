@@ -12,34 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def setup_django(db_name: str, embedder: str) -> None:
-    os.environ["REACH_DB_NAME"] = db_name
-    os.environ["REACH_EMBEDDER"] = embedder
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
-    import psycopg
-    from django.conf import settings
-
-    base = dict(settings.DATABASES["default"])
-    conn = psycopg.connect(dbname="postgres", user=base["USER"], host=base["HOST"], port=base["PORT"] or None,
-                           password=base["PASSWORD"] or None, autocommit=True)
-    conn.execute(f'DROP DATABASE IF EXISTS "{db_name}"')
-    conn.execute(f'CREATE DATABASE "{db_name}"')
-    conn.close()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+from _common import register_capabilities, setup_django
 
 
 def main() -> None:
@@ -53,44 +30,22 @@ def main() -> None:
     data = json.loads(Path(args.data).read_text())
     setup_django("reach_bench", args.embedder)
 
-    from django.conf import settings
-    from django.utils import timezone
+    from routing import resolver
 
-    from registry.descriptors import ParsedDescriptor, descriptors_import
-    from registry.embedding import get_embedder
-    from registry.embedding_service import capability_version_embed
-    from registry.models import Agent, Instance
-    from routing import resolver, snapshot
-    from routing.calibration_service import calibration_refresh
-
-    settings.REACH = {**settings.REACH, "RECALIBRATE_INLINE": False}
     by_intent: dict[str, list[str]] = {}
     for text, intent in data["train"]:
         by_intent.setdefault(intent, []).append(text)
     rng = random.Random(args.seed)
-    parsed = []
+    capabilities = {}
     for intent in sorted(by_intent):
         texts = list(by_intent[intent])
         rng.shuffle(texts)
-        slug = intent.replace("_", "-")[:60]
-        parsed.append(ParsedDescriptor(path=f"<{intent}>", agent={"endpoint_id": f"agent-{slug}", "team": "bench",
-                                                                   "environment": "dev"},
-                                       capabilities=[{"name": f"intent.{intent}", "version": "1", "action": "query",
-                                                      "examples": texts[: args.shots], "negative_cases": []}]))
-    from unittest import mock
-
+        capabilities[f"intent.{intent}"] = texts[: args.shots]
     t0 = time.time()
-    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
-        result = descriptors_import(parsed=parsed, activate=True)
+    register_capabilities(capabilities)
+    from registry.embedding import get_embedder
+
     embedder = get_embedder()
-    for version in result.activated:
-        capability_version_embed(version=version, embedder=embedder)
-    calibration_refresh()
-    now = timezone.now()
-    Instance.objects.bulk_create([Instance(agent=a, instance_id="bench", url=f"http://127.0.0.1:1/{a.pk}",
-                                           last_heartbeat_at=now, last_seen_at=now) for a in Agent.objects.all()])
-    snapshot.bump_generation()
-    snapshot.clear_caches()
     setup_s = time.time() - t0
 
     def run(split: str) -> list[tuple[str, str, str, float]]:

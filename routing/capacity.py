@@ -63,10 +63,3 @@ def in_flight(keys: list[str]) -> list[int]:
         return []
     return [int(v or 0) for v in redis_client().mget([f"reach:inflight:{k}" for k in keys])]
 
-
-def load_ratio(instances) -> float:
-    """Lowest in-flight / max_concurrency over the instances: how close the least loaded one is to its cap."""
-    if not instances:
-        return 0.0
-    counts = in_flight([f"instance:{i.id}" for i in instances])
-    return min(c / max(1, i.max_concurrency) for c, i in zip(counts, instances, strict=True))

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 
 from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
-from registry.vectors import nearest_versions
+from registry.vectors import vector_literal
 from routing import breaker, capacity, snapshot
 from routing.choices import Decision
 from routing.schemas import validator_for
@@ -104,6 +105,34 @@ def embed_query(text: str) -> np.ndarray:
     if len(_EMBED_CACHE) > _EMBED_CACHE_MAX:
         _EMBED_CACHE.popitem(last=False)
     return vector
+
+
+def nearest_centroids(snap: snapshot.Snapshot, query: np.ndarray, limit: int) -> tuple[list[int], np.ndarray]:
+    """The ``limit`` ACTIVE versions whose examples' centroid is closest to the query (exact cosine)."""
+    if not len(snap.centroid_ids) or snap.centroids.shape[1] != len(query):
+        return [], np.zeros(0)
+    sims = snap.centroids @ query
+    top = np.argpartition(-sims, limit - 1)[:limit] if len(sims) > limit else np.arange(len(sims))
+    top = top[np.argsort(-sims[top])]
+    return [int(v) for v in snap.centroid_ids[top]], sims[top].astype(np.float64)
+
+
+def negative_and_example_similarity(version_ids: list[int], query: np.ndarray,
+                                    embedder: str) -> dict[int, tuple[float, float]]:
+    """(best example cosine, best negative-case cosine) per version, computed by pgvector over the stored vectors
+    in one aggregate query: no vector leaves the database."""
+    if not version_ids:
+        return {}
+    dim = len(query)
+    sql = (f"SELECT version_id, kind, MAX(1 - (embedding::vector({dim}) <=> %s::vector({dim}))) "
+           "FROM registry_capabilityvector WHERE version_id = ANY(%s) AND embedder = %s AND dim = %s "
+           "AND kind IN ('example', 'negative') GROUP BY version_id, kind")
+    out: dict[int, list[float]] = {vid: [-1.0, -1.0] for vid in version_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [vector_literal(query), version_ids, embedder, dim])
+        for vid, kind, sim in cursor.fetchall():
+            out[vid][0 if kind == "example" else 1] = float(sim)
+    return {vid: (ex, neg) for vid, (ex, neg) in out.items()}
 
 
 def rule_hits(text: str, snap: snapshot.Snapshot) -> dict[int, int]:
@@ -200,14 +229,11 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     query = embed_query(text)
     t1 = time.perf_counter()
     embedder = get_embedder().name
-    nearest = [(vid, s) for vid, s in nearest_versions(query=query, embedder=embedder,
-                                                        limit=_reach("CANDIDATES")) if vid in snap.versions]
+    ids, sims = nearest_centroids(snap, query, _reach("CANDIDATES"))
     t2 = time.perf_counter()
-    if not nearest:
+    if not ids:
         resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000}
         return resolution
-    ids = [vid for vid, _ in nearest]
-    sims = np.array([s for _, s in nearest], dtype=np.float64)
     # The ranking signal: the head's logits when fitted and covering every candidate, else the cosines.
     ranking = sims
     if snap.head is not None and snap.calibration.mode == "head" and all(v in snap.head_rows for v in ids):
@@ -225,17 +251,19 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     semantic = np.clip((calibrated * total_w - w_conf - w_health) / max(w_sem + w_rule, 1e-9), 0.0, 1.0)
 
     in_pool = [i for i, vid in enumerate(ids) if vid in pool]
-    vectors = snapshot.version_vectors([ids[i] for i in in_pool], embedder)
-    open_set = breaker.open_instances([inst.id for i in in_pool for inst in snap.versions[ids[i]].instances])
+    closest = negative_and_example_similarity([ids[i] for i in in_pool if snap.versions[ids[i]].negatives],
+                                              query, embedder)
+    pool_instances = [inst for i in in_pool for inst in snap.versions[ids[i]].instances]
+    open_set = breaker.open_instances([inst.id for inst in pool_instances])
+    loads = dict(zip([inst.id for inst in pool_instances],
+                     capacity.in_flight([f"instance:{inst.id}" for inst in pool_instances]), strict=True))
     costs = [snap.versions[ids[i]].cost_per_call for i in in_pool]
     max_cost = max(costs) if costs else 0.0
     candidates = []
     for i in in_pool:
         info = snap.versions[ids[i]]
-        examples, negatives = vectors.get(info.id, (np.zeros((0, len(query))), np.zeros((0, len(query)))))
-        if len(negatives):
-            neg = float((negatives @ query).max())
-            ex = float((examples @ query).max()) if len(examples) else -1.0
+        if info.id in closest:
+            ex, neg = closest[info.id]
             if neg > ex:
                 resolution.filtered.append({"capability": info.capability, "reason":
                                             f"closer to a negative case ({neg:.3f}) than to any example ({ex:.3f})"})
@@ -250,7 +278,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
             continue
         # keyword/tag hits can only lift a candidate: without them the semantic score stands in for the rules
         rule = max(float(semantic[i]), min(1.0, hits.get(info.id, 0) / 2.0))
-        load = capacity.load_ratio(info.instances)
+        load = min((loads[i.id] / max(1, i.max_concurrency) for i in info.instances), default=0.0)
         capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
         cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
         score = (w_rule * rule + w_sem * float(semantic[i]) + w_conf * info.confidence_weight

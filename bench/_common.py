@@ -1,0 +1,70 @@
+"""Shared set-up for the benchmarks: a fresh database of their own on the configured PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def setup_django(db_name: str, embedder: str | None = None) -> None:
+    """Create ``db_name`` afresh, point Django at it and migrate."""
+    os.environ["REACH_DB_NAME"] = db_name
+    if embedder:
+        os.environ["REACH_EMBEDDER"] = embedder
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
+    import psycopg
+    from django.conf import settings
+
+    base = dict(settings.DATABASES["default"])
+    conn = psycopg.connect(dbname="postgres", user=base["USER"], host=base["HOST"], port=base["PORT"] or None,
+                           password=base["PASSWORD"] or None, autocommit=True)
+    conn.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+    conn.execute(f'CREATE DATABASE "{db_name}"')
+    conn.close()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict[str, list[str]] | None = None,
+                          agents_per_capability: bool = True) -> list:
+    """Register one agent + capability per entry through the real import path, activate, embed in this process,
+    calibrate, and give every agent a live instance. Returns the ACTIVE versions."""
+    from unittest import mock
+
+    from django.utils import timezone
+
+    from registry.descriptors import ParsedDescriptor, descriptors_import
+    from registry.embedding import get_embedder
+    from registry.embedding_service import capability_version_embed
+    from registry.models import Agent, Instance
+    from routing import snapshot
+    from routing.calibration_service import calibration_refresh
+
+    negatives = negatives or {}
+    parsed = []
+    for name, examples in capabilities.items():
+        slug = name.replace("_", "-").replace(".", "-")[:90]
+        parsed.append(ParsedDescriptor(path=f"<{name}>", agent={"endpoint_id": f"agent-{slug}", "team": "bench",
+                                                                "environment": "dev"},
+                                       capabilities=[{"name": name, "version": "1", "action": "query",
+                                                      "examples": examples,
+                                                      "negative_cases": negatives.get(name, [])}]))
+    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
+        result = descriptors_import(parsed=parsed, activate=True)
+    embedder = get_embedder()
+    for version in result.activated:
+        capability_version_embed(version=version, embedder=embedder)
+    calibration_refresh()
+    now = timezone.now()
+    Instance.objects.bulk_create([Instance(agent=a, instance_id="bench", url=f"http://127.0.0.1:1/{a.pk}",
+                                           last_heartbeat_at=now, last_seen_at=now) for a in Agent.objects.all()])
+    snapshot.bump_generation()
+    snapshot.clear_caches()
+    return result.activated

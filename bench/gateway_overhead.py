@@ -1,0 +1,146 @@
+"""Gateway overhead: the same local example agent (answering after a fixed 20 ms), called directly with httpx and
+through POST /api/v1/invoke (sync), by N concurrent clients for D seconds each way, in one run.
+
+python bench/gateway_overhead.py [--concurrency 16] [--seconds 30] [--workers 2] [--threads 16]
+
+The gateway is served as the README recommends for 2 cores (gunicorn, gthread, 2 workers x 16 threads) on its
+own database (reach_bench_gateway). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms,
+added_p95_ms, concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from _common import setup_django
+
+BASE = Path(__file__).resolve().parent.parent
+
+
+def load(url: str, body_for, headers: dict, concurrency: int, seconds: float) -> tuple[float, list[float], int]:
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def worker():
+        with httpx.Client(timeout=30, headers=headers) as client:
+            mine, bad = [], 0
+            while time.perf_counter() < stop_at:
+                t = time.perf_counter()
+                r = client.post(url, json=body_for())
+                if r.status_code == 200:
+                    mine.append((time.perf_counter() - t) * 1000)
+                else:
+                    bad += 1
+            with lock:
+                latencies.extend(mine)
+                errors[0] += bad
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    elapsed = time.perf_counter() - t0
+    return len(latencies) / elapsed, sorted(latencies), errors[0]
+
+
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * (len(values) - 1)))] if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+
+    setup_django("reach_bench_gateway")
+    from unittest import mock
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    from registry.models import Agent, Instance
+    from routing import snapshot
+
+    with mock.patch("registry.tasks.embed_capability_version.delay"):
+        call_command("reach_import", str(BASE / "examples/descriptors/order-agent.yaml"), "--activate", verbosity=0)
+    user = get_user_model().objects.create_user("bench-caller")
+    token = Token.objects.create(user=user).key
+
+    agent_port_offset = 20000
+    agents = subprocess.Popen([sys.executable, str(BASE / "examples/agents/server.py"), "--agents", "order-agent",
+                               "--port-offset", str(agent_port_offset), "--faults", json.dumps(
+                                   {"order-agent": {"latency_ms": 20}})],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    agent_url = ""
+    for line in agents.stdout:
+        if line.startswith("agent "):
+            agent_url = line.split()[-1]
+        if line.strip() == "ready":
+            break
+    Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id="bench",
+                            url=f"{agent_url}/invoke", max_concurrency=1000, max_qps=100000)
+    snapshot.bump_generation()
+    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME="reach_bench_gateway",
+               REDIS_URL=settings.REDIS_URL, WEB_WORKERS=str(args.workers), WEB_THREADS=str(args.threads),
+               DEBUG="false", LOG_LEVEL="WARNING", REACH_CALLER_MAX_QPS="100000",
+               REACH_CALLER_MAX_CONCURRENCY="10000")
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "reach_platform.wsgi", "-c",
+                            "reach_platform/gunicorn.conf.py", "--bind", f"127.0.0.1:{args.port}"],
+                           cwd=BASE, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    gateway = f"http://127.0.0.1:{args.port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{gateway}/admin/login/", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        payload = {"order_id": "42"}
+        direct_body = lambda: {"capability": "order.query", "payload": payload,  # noqa: E731
+                               "request_id": uuid.uuid4().hex}
+        gateway_body = lambda: {"capability": "order.query", "payload": payload,  # noqa: E731
+                                "request_id": uuid.uuid4().hex}
+        auth = {"Authorization": f"Token {token}"}
+        load(f"{gateway}/api/v1/invoke", gateway_body, auth, args.concurrency, 3)  # warm-up: connections, caches
+        direct_rps, direct_lat, direct_err = load(f"{agent_url}/invoke", direct_body, {}, args.concurrency,
+                                                  args.seconds)
+        gw_rps, gw_lat, gw_err = load(f"{gateway}/api/v1/invoke", gateway_body, auth, args.concurrency,
+                                      args.seconds)
+    finally:
+        for proc in (web, agents):
+            os.killpg(proc.pid, signal.SIGTERM)
+    figures = {
+        "direct_rps": round(direct_rps, 1), "gateway_rps": round(gw_rps, 1),
+        "ratio": round(gw_rps / direct_rps, 3) if direct_rps else None,
+        "direct_p50_ms": round(pct(direct_lat, 0.5), 2), "direct_p95_ms": round(pct(direct_lat, 0.95), 2),
+        "gateway_p50_ms": round(pct(gw_lat, 0.5), 2), "gateway_p95_ms": round(pct(gw_lat, 0.95), 2),
+        "added_p50_ms": round(pct(gw_lat, 0.5) - pct(direct_lat, 0.5), 2),
+        "added_p95_ms": round(pct(gw_lat, 0.95) - pct(direct_lat, 0.95), 2),
+        "errors": direct_err + gw_err, "concurrency": args.concurrency,
+        "workers": args.workers, "threads": args.threads,
+    }
+    print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms  p95 {figures['direct_p95_ms']} ms")
+    print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  p95 {figures['gateway_p95_ms']} ms")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -132,7 +132,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REACH_MAX_BODY_BYTES", str(102
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "reach_platform.authentication.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -28,6 +28,9 @@ class Task(models.Model):
     version = models.ForeignKey(CapabilityVersion, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="tasks")
     instance = models.ForeignKey(Instance, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    # Denormalised at routing time so that answers and lists need no joins.
+    agent_endpoint = models.CharField(max_length=100, blank=True, db_index=True)
+    capability_label = models.CharField(max_length=170, blank=True, help_text="capability@version")
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempts_count = models.PositiveSmallIntegerField(default=0)

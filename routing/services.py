@@ -67,9 +67,6 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
         raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
                            code="depth_exceeded")
     request_id = request_id or uuid.uuid4().hex
-    existing = Task.objects.filter(request_id=request_id).first()
-    if existing is not None:
-        return _repeat(existing, caller=caller, confirm=confirm, payload=payload, headers=headers)
     budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
                                                                             _reach("RETRY_BUDGET"))
     try:
@@ -157,6 +154,8 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         row.fallback = execution.fallback
         if execution.version:
             row.version_id = execution.version.id
+            row.agent_endpoint = execution.version.agent
+            row.capability_label = f"{execution.version.capability}@{execution.version.version}"
         if execution.instance:
             row.instance_id = execution.instance.id
         if execution.ok and execution.accepted:

@@ -19,6 +19,7 @@ import argparse
 import json
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -131,6 +132,11 @@ class AgentState:
 def make_handler(state: AgentState):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            super().setup()
+            # headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, *args):  # quiet
             return

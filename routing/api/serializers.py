@@ -56,11 +56,11 @@ class TaskOutput(serializers.ModelSerializer):
         fields = ["request_id", "status", "fallback", "agent", "capability_version", "result", "error",
                   "candidates", "decision", "attempts", "trace_id", "created_at", "updated_at", "links"]
 
-    def get_agent(self, obj):
-        return obj.version.capability.agent.endpoint_id if obj.version_id else None
+    def get_agent(self, obj) -> str | None:
+        return obj.agent_endpoint or None
 
-    def get_capability_version(self, obj):
-        return f"{obj.version.capability.name}@{obj.version.version}" if obj.version_id else None
+    def get_capability_version(self, obj) -> str | None:
+        return obj.capability_label or None
 
     def get_candidates(self, obj):
         return obj.decision.get("candidates", []) if obj.status == "needs_confirmation" else None

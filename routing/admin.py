@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.html import format_html, format_html_join
+
+from routing.models import Attempt, RoutingCalibration, Task, TaskEvent
+
+
+class EventInline(admin.TabularInline):
+    model = TaskEvent
+    extra = 0
+    can_delete = False
+    fields = ["at", "from_status", "to_status", "detail"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    fields = ["number", "version", "instance", "started_at", "latency_ms", "timeout_ms", "outcome", "status_code",
+              "is_retry", "is_fallback", "error"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    """The task timeline: decision with its score breakdown ("why this agent, why not the next"), every
+    transition and every attempt, from one request_id."""
+
+    list_display = ["request_id", "status", "fallback", "agent_endpoint", "capability_label", "decision_kind",
+                    "score", "attempts_count", "created_at"]
+    list_filter = ["status", "fallback", "mode"]
+    search_fields = ["request_id", "trace_id", "agent_endpoint", "capability_label", "task_text"]
+    date_hierarchy = "created_at"
+    readonly_fields = ["request_id", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
+                       "payload", "why", "agent_endpoint", "capability_label", "result", "error", "attempts_count",
+                       "retry_budget", "depth", "call_path", "trace_id", "parent_request_id", "callback_url",
+                       "created_at", "updated_at"]
+    exclude = ["decision", "version", "instance", "text_hash", "user_key", "top_k", "deadline_at"]
+    inlines = [EventInline, AttemptInline]
+
+    @admin.display(description="Decision")
+    def decision_kind(self, obj):
+        return obj.decision.get("decision", "")
+
+    @admin.display(description="Score")
+    def score(self, obj):
+        return obj.decision.get("score", "")
+
+    @admin.display(description="Why this agent")
+    def why(self, obj):
+        decision = obj.decision or {}
+        rows = [(c["capability"], c["agent"], c["score"], ", ".join(f"{k} {v}" for k, v in c["breakdown"].items()),
+                 "; ".join(c.get("reasons", []))) for c in decision.get("candidates", [])]
+        filtered = [(f["capability"], f["reason"]) for f in decision.get("filtered", [])]
+        head = format_html("<p><b>{}</b> (top score {}){}</p>", decision.get("decision", "—"),
+                           decision.get("score", "—"), " — rule-only fast path" if decision.get("fast_path") else "")
+        table = format_html(
+            "<table><tr><th>capability</th><th>agent</th><th>score</th><th>breakdown</th><th>reasons</th></tr>{}"
+            "</table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows))
+        out = format_html_join("", "<li>{}: {}</li>", filtered)
+        return format_html("{}{}{}", head, table, format_html("<p>Filtered out:</p><ul>{}</ul>", out) if filtered
+                           else "")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(RoutingCalibration)
+class RoutingCalibrationAdmin(admin.ModelAdmin):
+    list_display = ["embedder", "capabilities", "computed_at", "params"]
+    readonly_fields = ["embedder", "capabilities", "computed_at", "params"]
+    exclude = ["head"]
+
+    def has_add_permission(self, request):
+        return False

@@ -200,6 +200,10 @@ REACH = {
     "BREAKER_MIN_REQUESTS": 20,
     "BREAKER_FAILURE_RATE": 0.4,
     "BREAKER_OPEN_S": 30,
+    # Callback URLs may reach these private networks (link-local/metadata are always refused).
+    "CALLBACK_ALLOWED_NETWORKS": [n for n in os.environ.get(
+        "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG else "").split(",") if n],
+    "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),
 }

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
-from routing.models import Attempt, RoutingCalibration, Task, TaskEvent
+from routing.callbacks import delivery_replay
+from routing.models import Attempt, CallbackDelivery, CallerSecret, RoutingCalibration, Task, TaskEvent
 
 
 class EventInline(admin.TabularInline):
@@ -85,3 +86,31 @@ class RoutingCalibrationAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(CallbackDelivery)
+class CallbackDeliveryAdmin(admin.ModelAdmin):
+    """The callback outbox; dead letters can be replayed, one or many."""
+
+    list_display = ["task", "url", "status", "attempts", "last_error", "created_at", "delivered_at", "dead_at"]
+    list_filter = ["status"]
+    search_fields = ["task__request_id", "url"]
+    readonly_fields = ["task", "url", "body", "status", "attempts", "last_error", "created_at", "delivered_at",
+                       "dead_at"]
+    actions = ["replay"]
+
+    @admin.action(description="Replay the selected dead letters")
+    def replay(self, request, queryset):
+        dead = list(queryset.filter(status=CallbackDelivery.Status.DEAD))
+        for delivery in dead:
+            delivery_replay(delivery)
+        self.message_user(request, f"{len(dead)} dead letter(s) queued again.", messages.SUCCESS)
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(CallerSecret)
+class CallerSecretAdmin(admin.ModelAdmin):
+    list_display = ["caller", "created_at"]
+    readonly_fields = ["secret", "created_at"]

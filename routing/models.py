@@ -39,6 +39,8 @@ class Task(models.Model):
     call_path = models.JSONField(default=list, blank=True)
     trace_id = models.CharField(max_length=64, blank=True, db_index=True)
     parent_request_id = models.CharField(max_length=100, blank=True)
+    options = models.JSONField(default=dict, blank=True, help_text="Routing options kept for async execution.")
+    claimed_at = models.DateTimeField(null=True, blank=True, help_text="When a worker took an async task.")
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -101,3 +103,40 @@ class RoutingCalibration(models.Model):
 
     def __str__(self) -> str:
         return f"calibration for {self.embedder}"
+
+
+class CallerSecret(models.Model):
+    """The per-caller key that signs callback deliveries (HMAC-SHA256), shown to the caller in the admin."""
+
+    caller = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reach_secret")
+    secret = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"callback secret of {self.caller}"
+
+
+class CallbackDelivery(models.Model):
+    """Outbox row: written in the same transaction as the task's terminal state, delivered by a worker."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        DEAD = "dead", "Dead-lettered"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="deliveries")
+    url = models.URLField(max_length=500)
+    body = models.JSONField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    dead_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "callback deliveries"
+
+    def __str__(self) -> str:
+        return f"callback for {self.task_id} ({self.status})"

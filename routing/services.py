@@ -12,9 +12,17 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied, TooManyRequests
+from reach_platform.errors import (
+    ApplicationError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    TooManyRequests,
+)
 from routing import capacity, gateway, resolver
-from routing.choices import SETTLED, Decision, TaskStatus
+from routing.callbacks import check_callback_url, outbox_enqueue
+from routing.choices import SETTLED, TERMINAL, Decision, TaskStatus
 from routing.models import Attempt, Task, TaskEvent
 
 logger = logging.getLogger(__name__)
@@ -67,6 +75,8 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
         raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
                            code="depth_exceeded")
     request_id = request_id or uuid.uuid4().hex
+    if callback_url:
+        check_callback_url(callback_url)
     budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
                                                                             _reach("RETRY_BUDGET"))
     try:
@@ -76,11 +86,19 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
                 task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
                 top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
                 call_path=list(headers.call_path), trace_id=_trace_from(headers),
-                parent_request_id=headers.parent_request_id)
+                parent_request_id=headers.parent_request_id,
+                options={"action": action, "domains": domains, "cost_preference": cost_preference,
+                         "traceparent": headers.traceparent})
             TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+            if mode == "async":
+                from routing.tasks import execute_task
+
+                transaction.on_commit(lambda: execute_task.delay(row.pk))
     except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
         return _repeat(Task.objects.get(request_id=request_id), caller=caller, confirm=confirm, payload=payload,
                        headers=headers)
+    if mode == "async":
+        return row
     return _run(row, task=task, capability=capability, payload=payload, action=action, domains=domains,
                 cost_preference=cost_preference, traceparent=headers.traceparent)
 
@@ -105,6 +123,54 @@ def _repeat(row: Task, *, caller, confirm: str | None, payload: dict, headers: I
         time.sleep(0.05)
         row.refresh_from_db()
     return row
+
+
+def task_execute(*, task_id: int) -> str:
+    """Carry out an async task in a worker: the same path as a sync invoke. A redelivered message finds the task
+    claimed and does nothing, so nothing runs twice."""
+    if not Task.objects.filter(pk=task_id, claimed_at__isnull=True).update(claimed_at=timezone.now()):
+        return "already claimed"
+    row = Task.objects.get(pk=task_id)
+    options = row.options or {}
+    try:
+        _run(row, task=row.task_text or None, capability=row.capability_requested or None, payload=row.payload,
+             action=options.get("action"), domains=options.get("domains"),
+             cost_preference=options.get("cost_preference") or 0.0, traceparent=options.get("traceparent", ""))
+    except ApplicationError as exc:  # already recorded on the task by _run
+        return exc.code
+    return Task.objects.values_list("status", flat=True).get(pk=task_id)
+
+
+_AGENT_REPORTS = {"running": TaskStatus.RUNNING, "succeeded": TaskStatus.SUCCEEDED, "failed": TaskStatus.FAILED}
+
+
+def task_callback(*, entry, request_id: str, status: str, result=None, error: str = "") -> Task:
+    """An http-async agent reports progress. Only the agent the task was sent to may report; ACCEPTED -> RUNNING ->
+    SUCCEEDED | FAILED; a repeated or late report changes nothing."""
+    row = Task.objects.filter(request_id=request_id).first()
+    if row is None:
+        raise NotFound(f"No task with request_id '{request_id}'.")
+    if row.agent_endpoint != entry.endpoint_id:
+        raise PermissionDenied("Only the agent this task was sent to may report on it.", code="not_your_task")
+    target = _AGENT_REPORTS[status]
+    allowed_from = {TaskStatus.RUNNING: [TaskStatus.ACCEPTED],
+                    TaskStatus.SUCCEEDED: [TaskStatus.ACCEPTED, TaskStatus.RUNNING],
+                    TaskStatus.FAILED: [TaskStatus.ACCEPTED, TaskStatus.RUNNING]}[target]
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().get(pk=row.pk)
+        if locked.status not in allowed_from:
+            return locked  # repeated, late or out-of-order report: harmless
+        timeline = Timeline(locked)
+        timeline.move(target, reported_by=entry.endpoint_id)
+        if target == TaskStatus.SUCCEEDED:
+            locked.result = result
+        if target == TaskStatus.FAILED:
+            locked.error = {"code": "agent_failed", "message": error or "the agent reported a failure"}
+        locked.save()
+        TaskEvent.objects.bulk_create(timeline.events)
+        if target in TERMINAL:
+            outbox_enqueue(locked)
+    return locked
 
 
 def _run(row: Task, *, task, capability, payload, action, domains, cost_preference, traceparent) -> Task:
@@ -184,6 +250,8 @@ def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: 
     with transaction.atomic():
         row.save()
         TaskEvent.objects.bulk_create(timeline.events)
+        if row.status in TERMINAL:
+            outbox_enqueue(row)
         Attempt.objects.bulk_create([
             Attempt(task=row, number=a.number, version_id=a.version_id, instance_id=a.instance_id,
                     started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,

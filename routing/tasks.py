@@ -8,3 +8,30 @@ def recalibrate() -> dict:
     from routing.calibration_service import calibration_refresh
 
     return calibration_refresh()
+
+
+CALLBACK_RETRIES = 3  # after the first try; then the delivery is dead-lettered
+
+
+@shared_task(bind=True, acks_late=True, max_retries=CALLBACK_RETRIES)
+def deliver_callback(self, delivery_id: int) -> bool:
+    import random
+
+    from django.conf import settings
+
+    from routing.callbacks import delivery_attempt, delivery_dead_letter
+
+    if delivery_attempt(delivery_id):
+        return True
+    if self.request.retries >= CALLBACK_RETRIES:
+        delivery_dead_letter(delivery_id)
+        return False
+    base = settings.REACH["CALLBACK_BACKOFF_S"]
+    raise self.retry(countdown=base * 2 ** self.request.retries + random.uniform(0, base))
+
+
+@shared_task(acks_late=True)
+def execute_task(task_id: int) -> str:
+    from routing.services import task_execute
+
+    return task_execute(task_id=task_id)

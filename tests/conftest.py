@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+
+# Celery workers started by the tests inherit these: short callback back-off keeps retry tests quick.
+os.environ.setdefault("REACH_CALLBACK_BACKOFF_S", "0.2")
+
 import pytest
 import redis
 from django.conf import settings

@@ -75,3 +75,9 @@ class TaskDetailOutput(TaskOutput):
 
     class Meta(TaskOutput.Meta):
         fields = [*TaskOutput.Meta.fields, "events", "attempt_list"]
+
+
+class CallbackInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["running", "succeeded", "failed"])
+    result = serializers.JSONField(required=False, default=None)
+    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)

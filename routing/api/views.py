@@ -4,9 +4,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from registry.authentication import AgentKeyAuthentication, IsAgent
 from routing import resolver, services
-from routing.api.serializers import InvokeInput, ResolveInput, TaskDetailOutput, TaskOutput
-from routing.choices import TaskStatus
+from routing.api.serializers import CallbackInput, InvokeInput, ResolveInput, TaskDetailOutput, TaskOutput
+from routing.choices import TERMINAL, TaskStatus
 
 HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
                TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
@@ -50,7 +51,22 @@ class InvokeView(APIView):
             parent_request_id=request.headers.get("X-Reach-Parent-Request-Id", ""),
         )
         task = services.task_invoke(caller=request.user, headers=headers, **data.validated_data)
-        return Response(TaskOutput(task).data, status=HTTP_STATUS.get(task.status, 200))
+        status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
+        return Response(TaskOutput(task).data, status=status)
+
+
+class TaskCallbackView(APIView):
+    """An http-async agent reports on a task it ACKed (agent credentials)."""
+
+    authentication_classes = [AgentKeyAuthentication]
+    permission_classes = [IsAgent]
+
+    @extend_schema(request=CallbackInput, responses={200: TaskOutput})
+    def post(self, request, request_id: str):
+        data = CallbackInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        task = services.task_callback(entry=request.auth, request_id=request_id, **data.validated_data)
+        return Response(TaskOutput(task).data)
 
 
 class TaskView(APIView):

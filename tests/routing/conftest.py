@@ -38,7 +38,8 @@ def running_agents(registry_ready, agent_procs):
                     "health_url": f"{base}/health", "reg_version": 1, "max_concurrency": 8, "max_qps": 1000}
             transport = "http-async" if endpoint_id == "ocr-agent" else "http"
             body["transport"] = transport
-            response = agent_client(allowlisted(endpoint_id, team=_team(endpoint_id))).post(
+            key = kwargs.get("keys", {}).get(endpoint_id) or allowlisted(endpoint_id, team=_team(endpoint_id))
+            response = agent_client(key).post(
                 "/api/v1/agents/register", body, format="json")
             assert response.status_code == 201, response.json()
         snapshot.bump_generation()

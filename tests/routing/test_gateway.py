@@ -161,7 +161,7 @@ def test_instance_qps_quota_answers_429_with_retry_after(api, running_agents):
 
 
 def test_caller_concurrency_quota_answers_429(api, running_agents, settings):
-    settings.REACH = {**settings.REACH, "CALLER_MAX_QPS": 0.5}
+    settings.REACH = {**settings.REACH, "CALLER_MAX_QPS": 0.01}
     running_agents(["order-agent"])
     statuses = [api.post("/api/v1/invoke", ORDER, format="json").status_code for _ in range(3)]
     assert 429 in statuses

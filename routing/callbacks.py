@@ -1,0 +1,116 @@
+"""Callback outbox: SSRF guard on callback URLs, HMAC-signed delivery, retries, dead letters and replay."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import socket
+from urllib.parse import urlparse
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from reach_platform.errors import InvalidInput
+from routing.models import CallbackDelivery, CallerSecret, Task
+
+# Always refused, whatever the configuration: link-local (cloud metadata lives there) and metadata host names.
+ALWAYS_REFUSED = [ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"),
+                  ipaddress.ip_network("fd00:ec2::254/128"), ipaddress.ip_network("0.0.0.0/8")]
+METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"}
+SIGNATURE_HEADER = "X-Reach-Signature"
+
+
+def _allowed_networks() -> list:
+    return [ipaddress.ip_network(n) for n in settings.REACH["CALLBACK_ALLOWED_NETWORKS"]]
+
+
+def check_callback_url(url: str) -> None:
+    """Refuse URLs that would let a caller make the gateway reach internal services (SSRF)."""
+    parts = urlparse(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput("callback_url must be an http(s) URL with a host.", code="callback_url_refused")
+    host = parts.hostname.lower()
+    if host in METADATA_HOSTS:
+        raise InvalidInput(f"callback_url host '{host}' is a metadata service.", code="callback_url_refused")
+    try:
+        infos = socket.getaddrinfo(host, parts.port or 80, proto=socket.IPPROTO_TCP)
+    except socket.gaierror:
+        raise InvalidInput(f"callback_url host '{host}' does not resolve.", code="callback_url_refused")
+    allowed = _allowed_networks()
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if any(address in net for net in ALWAYS_REFUSED):
+            raise InvalidInput(f"callback_url resolves to link-local/metadata address {address}.",
+                               code="callback_url_refused")
+        if any(address in net for net in allowed):
+            continue
+        if not address.is_global:
+            raise InvalidInput(f"callback_url resolves to non-public address {address}; allow its network in "
+                               "REACH_CALLBACK_ALLOWED_NETWORKS to use it.", code="callback_url_refused")
+
+
+def caller_secret(caller) -> str:
+    row, _ = CallerSecret.objects.get_or_create(caller=caller, defaults={"secret": secrets.token_urlsafe(32)})
+    return row.secret
+
+
+def sign(secret: str, raw: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+
+
+def outbox_enqueue(task: Task) -> CallbackDelivery | None:
+    """Call inside the transaction that moves ``task`` to a terminal state."""
+    if not task.callback_url:
+        return None
+    body = {"request_id": task.request_id, "status": task.status}
+    if task.status == "succeeded":
+        body["result"] = task.result
+    else:
+        body["error"] = task.error
+    delivery = CallbackDelivery.objects.create(task=task, url=task.callback_url, body=body)
+    from routing.tasks import deliver_callback
+
+    transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))
+    return delivery
+
+
+def delivery_attempt(delivery_id: int) -> bool:
+    """POST one delivery. True when delivered (or nothing left to do)."""
+    delivery = CallbackDelivery.objects.select_related("task").get(pk=delivery_id)
+    if delivery.status != CallbackDelivery.Status.PENDING:
+        return True
+    raw = json.dumps(delivery.body, sort_keys=True, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "X-Reach-Request-Id": delivery.task.request_id}
+    if delivery.task.caller_id:
+        headers[SIGNATURE_HEADER] = sign(caller_secret(delivery.task.caller), raw)
+    CallbackDelivery.objects.filter(pk=delivery.pk).update(attempts=delivery.attempts + 1)
+    try:
+        response = httpx.post(delivery.url, content=raw, headers=headers, timeout=5, follow_redirects=False)
+        ok, error = response.status_code < 300, f"HTTP {response.status_code}"
+    except httpx.HTTPError as exc:
+        ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
+    if ok:
+        CallbackDelivery.objects.filter(pk=delivery.pk).update(status=CallbackDelivery.Status.DELIVERED,
+                                                               delivered_at=timezone.now(), last_error="")
+    else:
+        CallbackDelivery.objects.filter(pk=delivery.pk).update(last_error=error)
+    return ok
+
+
+def delivery_dead_letter(delivery_id: int) -> None:
+    CallbackDelivery.objects.filter(pk=delivery_id, status=CallbackDelivery.Status.PENDING).update(
+        status=CallbackDelivery.Status.DEAD, dead_at=timezone.now())
+
+
+def delivery_replay(delivery: CallbackDelivery) -> None:
+    """Replay a dead letter (admin action): back to PENDING with a fresh retry allowance."""
+    from routing.tasks import deliver_callback
+
+    if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
+            status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None):
+        transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))

@@ -1,0 +1,146 @@
+"""Async execution on a real Celery worker, http-async agents, and the callback outbox."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from routing.models import CallbackDelivery, CallerSecret, Task
+from tests.factories import agent_client, allowlisted
+from tests.helpers import free_port, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORDER = {"capability": "order.query", "payload": {"order_id": "7"}}
+
+
+class Receiver:
+    """A caller's callback endpoint: fails the first ``failures`` deliveries, records the rest."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls = 0
+        self.received: list[tuple[bytes, dict]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                return
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.calls += 1
+                if receiver.calls <= receiver.failures:
+                    self.send_response(500)
+                else:
+                    receiver.received.append((raw, dict(self.headers)))
+                    self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(failures: int = 0) -> Receiver:
+        made.append(Receiver(failures))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def _status(request_id: str) -> str:
+    return Task.objects.get(request_id=request_id).status
+
+
+def test_async_invoke_runs_on_the_worker(api, running_agents, celery_worker_proc):
+    agents = running_agents(["order-agent"])
+    response = api.post("/api/v1/invoke", {**ORDER, "mode": "async", "request_id": "a-1"}, format="json")
+    assert response.status_code == 202 and response.json()["status"] == "pending"
+    assert response.json()["links"]["self"] == "/api/v1/tasks/a-1"
+    wait_until(lambda: _status("a-1") == "succeeded", timeout=30, message="async task to finish")
+    assert agents.stats("order-agent")["executions"]["a-1"] == 1
+    events = [e["to_status"] for e in api.get("/api/v1/tasks/a-1").json()["events"]]
+    assert events == ["pending", "routed", "running", "succeeded"]
+
+
+def test_http_async_agent_acks_then_reports_by_callback(api, live_server, running_agents):
+    key = allowlisted("ocr-agent", team="vision")
+    running_agents(["ocr-agent"], gateway=live_server.url, keys={"ocr-agent": key})
+    response = api.post("/api/v1/invoke", {"capability": "ocr.extract", "payload": {"image_url": "x.png"},
+                                           "request_id": "ocr-1"}, format="json")
+    assert response.status_code == 202 and response.json()["status"] == "accepted"
+    wait_until(lambda: _status("ocr-1") == "succeeded", timeout=20, message="the agent's callback")
+    events = [e["to_status"] for e in api.get("/api/v1/tasks/ocr-1").json()["events"]]
+    assert events == ["pending", "routed", "running", "accepted", "running", "succeeded"]
+    assert "ocr-agent handled ocr.extract" in Task.objects.get(request_id="ocr-1").result["answer"]
+    # a repeated report is harmless
+    again = agent_client(key).post("/api/v1/tasks/ocr-1/callback", {"status": "failed"}, format="json")
+    assert again.status_code == 200 and _status("ocr-1") == "succeeded"
+
+
+def test_only_the_agent_the_task_was_sent_to_may_report(api, live_server, running_agents):
+    running_agents(["order-agent"])
+    api.post("/api/v1/invoke", {**ORDER, "request_id": "own-1"}, format="json")
+    other = agent_client(allowlisted("notify-agent", team="platform"))
+    response = other.post("/api/v1/tasks/own-1/callback", {"status": "failed"}, format="json")
+    assert response.status_code == 403 and response.json()["error"]["code"] == "not_your_task"
+
+
+def test_callback_delivered_once_after_two_failures_with_valid_signature(api, running_agents, receiver, user,
+                                                                        celery_worker_proc):
+    running_agents(["order-agent"])
+    hook = receiver(failures=2)
+    api.post("/api/v1/invoke", {**ORDER, "request_id": "cb-1", "callback_url": hook.url}, format="json")
+    delivery = CallbackDelivery.objects.get(task__request_id="cb-1")
+    wait_until(lambda: CallbackDelivery.objects.get(pk=delivery.pk).status == "delivered", timeout=30,
+               message="delivery")
+    assert hook.calls == 3 and len(hook.received) == 1
+    raw, headers = hook.received[0]
+    body = json.loads(raw)
+    assert body["request_id"] == "cb-1" and body["status"] == "succeeded" and "answer" in body["result"]
+    secret = CallerSecret.objects.get(caller=user).secret
+    expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    assert headers["X-Reach-Signature"] == expected
+    assert CallbackDelivery.objects.get(pk=delivery.pk).attempts == 3
+
+
+def test_failing_receiver_is_dead_lettered_then_replayed_from_admin(api, admin_client, running_agents, receiver,
+                                                                   celery_worker_proc):
+    running_agents(["order-agent"])
+    hook = receiver(failures=10**6)
+    api.post("/api/v1/invoke", {**ORDER, "request_id": "cb-dead", "callback_url": hook.url}, format="json")
+    delivery = CallbackDelivery.objects.get(task__request_id="cb-dead")
+    wait_until(lambda: CallbackDelivery.objects.get(pk=delivery.pk).status == "dead", timeout=40,
+               message="dead letter")
+    assert hook.calls == 4  # the first try and 3 retries
+    hook.failures = 0
+    response = admin_client.post("/admin/routing/callbackdelivery/", {"action": "replay",
+                                                                     "_selected_action": [delivery.pk]})
+    assert response.status_code == 302
+    wait_until(lambda: CallbackDelivery.objects.get(pk=delivery.pk).status == "delivered", timeout=30,
+               message="replayed delivery")
+    assert len(hook.received) == 1
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data", "http://metadata.google.internal/x",
+                                 "http://10.1.2.3/hook", "ftp://example.com/hook", "http://[fe80::1]/hook"])
+def test_callback_urls_that_reach_inside_are_refused(api, registry_ready, url):
+    response = api.post("/api/v1/invoke", {**ORDER, "callback_url": url}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] in ("callback_url_refused", "invalid")
+    assert not Task.objects.exists()

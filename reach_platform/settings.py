@@ -203,6 +203,8 @@ REACH = {
     # Callback URLs may reach these private networks (link-local/metadata are always refused).
     "CALLBACK_ALLOWED_NETWORKS": [n for n in os.environ.get(
         "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG else "").split(",") if n],
+    # A task with no outcome by then is failed by the reaper (async agents that never report, lost workers).
+    "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
     "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),

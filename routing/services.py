@@ -7,6 +7,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -87,6 +88,7 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
                 top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
                 call_path=list(headers.call_path), trace_id=_trace_from(headers),
                 parent_request_id=headers.parent_request_id,
+                deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
                 options={"action": action, "domains": domains, "cost_preference": cost_preference,
                          "traceparent": headers.traceparent})
             TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
@@ -171,6 +173,30 @@ def task_callback(*, entry, request_id: str, status: str, result=None, error: st
         if target in TERMINAL:
             outbox_enqueue(locked)
     return locked
+
+
+STUCK = (TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING, TaskStatus.ACCEPTED)
+
+
+def tasks_reap(*, now=None) -> int:
+    """Fail tasks stuck past their deadline (a lost worker, an async agent that never reported), with the state
+    they were stuck in on the timeline, and fire their callbacks. Returns how many were reaped."""
+    now = now or timezone.now()
+    reaped = 0
+    for row in Task.objects.filter(status__in=STUCK, deadline_at__lt=now).only("pk", "status"):
+        with transaction.atomic():
+            locked = Task.objects.select_for_update().filter(pk=row.pk, status__in=STUCK).first()
+            if locked is None:
+                continue
+            timeline = Timeline(locked)
+            stuck_in = locked.status
+            timeline.move(TaskStatus.FAILED, reason=f"deadline passed while {stuck_in}")
+            locked.error = {"code": "deadline_exceeded", "message": f"no outcome by the deadline (stuck {stuck_in})"}
+            locked.save()
+            TaskEvent.objects.bulk_create(timeline.events)
+            outbox_enqueue(locked)
+            reaped += 1
+    return reaped
 
 
 def _run(row: Task, *, task, capability, payload, action, domains, cost_preference, traceparent) -> Task:

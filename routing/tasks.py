@@ -35,3 +35,10 @@ def execute_task(task_id: int) -> str:
     from routing.services import task_execute
 
     return task_execute(task_id=task_id)
+
+
+@shared_task(acks_late=True)
+def reap_stuck_tasks() -> int:
+    from routing.services import tasks_reap
+
+    return tasks_reap()

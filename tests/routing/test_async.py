@@ -144,3 +144,27 @@ def test_callback_urls_that_reach_inside_are_refused(api, registry_ready, url):
     assert response.status_code == 400
     assert response.json()["error"]["code"] in ("callback_url_refused", "invalid")
     assert not Task.objects.exists()
+
+
+def test_reaper_fails_a_task_stuck_past_its_deadline_and_fires_its_callback(api, running_agents, receiver):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from routing.services import tasks_reap
+
+    # given an async agent that ACKs and then never reports (it has no gateway to report to)
+    running_agents(["ocr-agent"])
+    hook = receiver()
+    api.post("/api/v1/invoke", {"capability": "ocr.extract", "payload": {"image_url": "x"}, "request_id": "stuck-1",
+                                "callback_url": hook.url}, format="json")
+    assert _status("stuck-1") == "accepted"
+    # nothing happens before the deadline
+    assert tasks_reap() == 0
+    # when the deadline has passed
+    assert tasks_reap(now=timezone.now() + timedelta(hours=1)) == 1
+    task = Task.objects.get(request_id="stuck-1")
+    assert task.status == "failed" and task.error["code"] == "deadline_exceeded"
+    last = task.events.order_by("-at", "-id").first()
+    assert last.detail["reason"] == "deadline passed while accepted"
+    assert CallbackDelivery.objects.filter(task=task).exists()

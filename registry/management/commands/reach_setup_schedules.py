@@ -9,6 +9,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 # instance in doubt at most every PROBE_INTERVAL_S (30 s).
 PLATFORM_SCHEDULES = {
     "reach: liveness sweep": ("registry.tasks.liveness_sweep", 10),
+    "reach: reap stuck tasks": ("routing.tasks.reap_stuck_tasks", 30),
 }
 
 

@@ -18,7 +18,9 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     negatives: dict[int, list] = {}
     rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE,
                                            kind__in=[VectorKind.EXAMPLE, VectorKind.NEGATIVE])
-    for vid, kind, emb in rows.values_list("version_id", "kind", "embedding").iterator(chunk_size=5000):
+    # ordered: the cross-fitting folds follow each example's position, so the fit is reproducible
+    ordered = rows.order_by("version_id", "kind", "position")
+    for vid, kind, emb in ordered.values_list("version_id", "kind", "embedding").iterator(chunk_size=5000):
         (examples if kind == VectorKind.EXAMPLE else negatives).setdefault(vid, []).append(emb)
     ids = sorted(examples)
     ex = [np.asarray(examples[i], dtype=np.float32) for i in ids]

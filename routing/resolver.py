@@ -203,8 +203,10 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     t0 = time.perf_counter()
     text = normalize_text(task)
     hits = rule_hits(text, snap)
-    pool = {vid for vid, info in snap.versions.items()
-            if (not action or info.action == action) and (not domains or set(domains) & set(info.domains))}
+    # the action/domain bucket; without one every ACTIVE version is in (no per-request pass over the registry)
+    pool = snap.versions if not (action or domains) else {
+        vid for vid, info in snap.versions.items()
+        if (not action or info.action == action) and (not domains or set(domains) & set(info.domains))}
     hits = {vid: n for vid, n in hits.items() if vid in pool}
     resolution = Resolution(decision=Decision.MANUAL_REVIEW, candidates=[], text_hash=text_hash(text))
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
+from registry.choices import VersionState
 from registry.embedding import get_embedder
 from registry.embedding_service import capability_version_embed
 from registry.models import CapabilityVersion, Instance
@@ -12,11 +13,13 @@ from tests.factories import agent_client, allowlisted
 
 
 @pytest.fixture
-def registry_ready(db, django_capture_on_commit_callbacks, settings):
+def registry_ready(db, settings):
     """The example descriptors imported, ACTIVE, embedded with the default embedder and calibrated."""
     settings.REACH = {**settings.REACH, "RECALIBRATE_INLINE": True}
-    with django_capture_on_commit_callbacks(execute=False):
-        call_command("reach_import", "examples/descriptors", "--activate", verbosity=0)
+    # Activated here rather than with --activate: activation enqueues the embedding for a worker, and a worker
+    # left running by another test would re-embed and recalibrate while this test runs.
+    call_command("reach_import", "examples/descriptors", verbosity=0)
+    CapabilityVersion.objects.update(state=VersionState.ACTIVE)
     embedder = get_embedder()
     for version in CapabilityVersion.objects.all():
         capability_version_embed(version=version, embedder=embedder)

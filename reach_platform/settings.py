@@ -163,7 +163,13 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# An unacked message (its worker died) is redelivered after this; keep it above the longest task.
+# Workers sweep for such messages every REACH_UNACKED_RESTORE_INTERVAL_S (kombu's default sweep is ~100 s).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(env_float("REACH_VISIBILITY_TIMEOUT_S", 3600)),
+    "unacked_restore_interval": int(env_float("REACH_UNACKED_RESTORE_INTERVAL_S", 10)),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_ALWAYS_EAGER = False
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -205,6 +211,8 @@ REACH = {
         "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG else "").split(",") if n],
     # A task with no outcome by then is failed by the reaper (async agents that never report, lost workers).
     "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
+    # A worker's claim on an async task; a redelivered message resumes the task only after it.
+    "TASK_LEASE_S": env_float("REACH_TASK_LEASE_S", 600),
     "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),

@@ -1,6 +1,11 @@
-"""A Redis counter bumped by every registry change that routing caches depend on."""
+"""A Redis token renewed by every registry change that routing caches depend on.
+
+A random token rather than a counter: a counter restarting after a Redis flush could land on a value a process
+already cached and leave it on a stale snapshot."""
 
 from __future__ import annotations
+
+import uuid
 
 import redis
 from django.conf import settings
@@ -17,4 +22,4 @@ def redis_client() -> redis.Redis:
 
 
 def bump_generation() -> None:
-    redis_client().incr(GENERATION_KEY)
+    redis_client().set(GENERATION_KEY, uuid.uuid4().hex)

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from reach_platform.errors import (
@@ -39,6 +40,10 @@ class InvokeHeaders:
     trace_id: str = ""
     traceparent: str = ""
     parent_request_id: str = ""
+
+
+# States without an outcome yet.
+STUCK = (TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING, TaskStatus.ACCEPTED)
 
 
 class Timeline:
@@ -128,12 +133,29 @@ def _repeat(row: Task, *, caller, confirm: str | None, payload: dict, headers: I
 
 
 def task_execute(*, task_id: int) -> str:
-    """Carry out an async task in a worker: the same path as a sync invoke. A redelivered message finds the task
-    claimed and does nothing, so nothing runs twice."""
-    if not Task.objects.filter(pk=task_id, claimed_at__isnull=True).update(claimed_at=timezone.now()):
-        return "already claimed"
+    """Carry out an async task in a worker: the same path as a sync invoke.
+
+    Workers ack late, so a worker killed mid-task gets its message redelivered. The task is claimed with a lease:
+    a redelivery while the lease runs does nothing; after it, the task is resumed, unless the lost run had
+    already called a non-idempotent capability (which may have run): that task fails, never runs twice.
+    """
+    now = timezone.now()
+    lease = timedelta(seconds=_reach("TASK_LEASE_S"))
+    claimed = (Task.objects.filter(pk=task_id, status__in=(TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING))
+               .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - lease)).update(claimed_at=now))
+    if not claimed:
+        return "claimed or settled"
     row = Task.objects.get(pk=task_id)
     options = row.options or {}
+    if row.status != TaskStatus.PENDING:  # a run was lost with its worker
+        timeline = Timeline(row)
+        if options.get("non_idempotent_started"):
+            _finish(row, timeline, TaskStatus.FAILED, error={
+                "code": "worker_lost", "message": "the worker was lost during a call to a non-idempotent "
+                                                  "capability; it is not run again"})
+            return row.status
+        TaskEvent.objects.create(task=row, at=now, from_status=row.status, to_status=row.status,
+                                 detail={"resumed": "worker lost; running again"})
     try:
         _run(row, task=row.task_text or None, capability=row.capability_requested or None, payload=row.payload,
              action=options.get("action"), domains=options.get("domains"),
@@ -141,6 +163,17 @@ def task_execute(*, task_id: int) -> str:
     except ApplicationError as exc:  # already recorded on the task by _run
         return exc.code
     return Task.objects.values_list("status", flat=True).get(pk=task_id)
+
+
+def _checkpoint(row: Task, timeline: Timeline, candidates) -> None:
+    """Async runs persist RUNNING before calling agents, and whether a non-idempotent capability may be called,
+    so that a run lost with its worker is resumed or failed safely (see task_execute)."""
+    row.options = {**(row.options or {}),
+                   "non_idempotent_started": any(not c.idempotent for c in candidates)}
+    with transaction.atomic():
+        Task.objects.filter(pk=row.pk).update(status=row.status, options=row.options, decision=row.decision)
+        TaskEvent.objects.bulk_create(timeline.events)
+    timeline.events = []
 
 
 _AGENT_REPORTS = {"running": TaskStatus.RUNNING, "succeeded": TaskStatus.SUCCEEDED, "failed": TaskStatus.FAILED}
@@ -173,9 +206,6 @@ def task_callback(*, entry, request_id: str, status: str, result=None, error: st
         if target in TERMINAL:
             outbox_enqueue(locked)
     return locked
-
-
-STUCK = (TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING, TaskStatus.ACCEPTED)
 
 
 def tasks_reap(*, now=None) -> int:
@@ -234,6 +264,8 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
             candidates = candidates[: row.top_k]
         timeline.move(TaskStatus.ROUTED, agent=candidates[0].agent, capability=candidates[0].capability)
         timeline.move(TaskStatus.RUNNING)
+        if row.mode == "async":
+            _checkpoint(row, timeline, candidates)
         ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
                                   call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
                                   traceparent=traceparent)

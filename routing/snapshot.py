@@ -63,7 +63,7 @@ class VersionInfo:
 
 @dataclass
 class Snapshot:
-    generation: int
+    generation: str
     versions: dict[int, VersionInfo]
     by_capability: dict[str, list[VersionInfo]]
     calibration: object
@@ -79,9 +79,8 @@ _snapshot: Snapshot | None = None
 _centroids: dict[tuple[int, str], np.ndarray] = {}
 
 
-def _generation() -> int:
-    raw = redis_client().get(GENERATION_KEY)
-    return int(raw or 0)
+def _generation() -> str:
+    return (redis_client().get(GENERATION_KEY) or b"").decode()
 
 
 def current() -> Snapshot:
@@ -96,7 +95,7 @@ def current() -> Snapshot:
         return _snapshot
 
 
-def _build(generation: int) -> Snapshot:
+def _build(generation: str) -> Snapshot:
     from registry.embedding import get_embedder
     from routing.calibration import Calibration, Head, default_calibration
     from routing.models import RoutingCalibration

@@ -4,6 +4,10 @@ import os
 
 # Celery workers started by the tests inherit these: short callback back-off keeps retry tests quick.
 os.environ.setdefault("REACH_CALLBACK_BACKOFF_S", "0.2")
+# ... and a short broker visibility timeout and task lease, so that a killed worker's task is redelivered quickly.
+os.environ.setdefault("REACH_VISIBILITY_TIMEOUT_S", "4")
+os.environ.setdefault("REACH_TASK_LEASE_S", "3")
+os.environ.setdefault("REACH_UNACKED_RESTORE_INTERVAL_S", "1")
 
 import pytest
 import redis

@@ -117,6 +117,12 @@ class WorkerProcess:
         wait_until(lambda: app.control.ping(timeout=0.5), timeout=60, message="celery worker to answer ping")
         return self
 
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes: no shutdown, no acks."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)

@@ -25,7 +25,6 @@ def registry_ready(db, settings):
         capability_version_embed(version=version, embedder=embedder)
     calibration_refresh()
     snapshot.clear_caches()
-    snapshot.redis_client().flushdb()
     return CapabilityVersion.objects.all()
 
 

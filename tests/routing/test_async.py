@@ -168,3 +168,32 @@ def test_reaper_fails_a_task_stuck_past_its_deadline_and_fires_its_callback(api,
     last = task.events.order_by("-at", "-id").first()
     assert last.detail["reason"] == "deadline passed while accepted"
     assert CallbackDelivery.objects.filter(task=task).exists()
+
+
+@pytest.mark.parametrize("capability, payload, expected", [
+    ("order.query", {"order_id": "1"}, "succeeded"),   # idempotent: resumed and completed once
+    ("notify.send", {"to": "ops"}, "failed"),          # not idempotent: may have run, so never run again
+])
+def test_worker_killed_mid_task(api, running_agents, celery_worker_proc, capability, payload, expected):
+    agent = "order-agent" if capability == "order.query" else "notify-agent"
+    agents = running_agents([agent])
+    agents.set_faults(agent, latency_ms=2500)
+    rid = f"kill-{capability}"
+    api.post("/api/v1/invoke", {"capability": capability, "payload": payload, "mode": "async", "request_id": rid},
+             format="json")
+    # when the worker is inside the agent call
+    wait_until(lambda: agents.stats(agent)["executions"].get(rid) == 1, timeout=30, message="the agent call")
+    celery_worker_proc.kill()
+    agents.set_faults(agent, latency_ms=0)
+    assert _status(rid) == "running"
+    # and a new worker comes up
+    celery_worker_proc.start()
+    wait_until(lambda: _status(rid) in ("succeeded", "failed"), timeout=60, interval=0.5, message="the outcome")
+    task = Task.objects.get(request_id=rid)
+    assert task.status == expected
+    if expected == "succeeded":
+        assert any(e.detail.get("resumed") for e in task.events.all())
+        assert Task.objects.filter(request_id=rid, status="succeeded").count() == 1
+    else:
+        assert task.error["code"] == "worker_lost"
+        assert agents.stats(agent)["executions"][rid] == 1

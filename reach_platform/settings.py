@@ -115,7 +115,8 @@ REDIS_URL = os.environ.get("REDIS_URL") or local_services.default_redis_url()
 # Under pytest (which sets PYTEST_VERSION, inherited by the workers tests start) use a separate Redis database so
 # a test run never consumes or flushes the tasks of a running `make run`.
 if os.environ.get("PYTEST_VERSION") and not os.environ.get("REACH_KEEP_REDIS_DB"):
-    REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/15" if REDIS_URL.count("/") >= 3 else REDIS_URL + "/15"
+    _test_db = os.environ.get("REACH_TEST_REDIS_DB", "15")
+    REDIS_URL = (REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") >= 3 else REDIS_URL) + f"/{_test_db}"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

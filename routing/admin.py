@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from routing.callbacks import delivery_replay
-from routing.models import Attempt, CallbackDelivery, CallerSecret, RoutingCalibration, Task, TaskEvent
+from routing.models import (
+    Attempt,
+    CallbackDelivery,
+    CallerSecret,
+    RoutingCalibration,
+    Schedule,
+    Task,
+    TaskEvent,
+)
+from routing.schedules import schedule_delete, schedule_save
 
 
 class EventInline(admin.TabularInline):
@@ -114,3 +124,46 @@ class CallbackDeliveryAdmin(admin.ModelAdmin):
 class CallerSecretAdmin(admin.ModelAdmin):
     list_display = ["caller", "created_at"]
     readonly_fields = ["secret", "created_at"]
+
+
+class ScheduleForm(forms.ModelForm):
+    class Meta:
+        model = Schedule
+        fields = ["name", "enabled", "cron", "every_seconds", "capability", "task_text", "payload", "caller"]
+
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        from reach_platform.errors import ApplicationError
+        from routing.schedules import schedule_validate
+
+        data = super().clean()
+        probe = Schedule(**{k: data.get(k) for k in ("cron", "every_seconds", "capability", "task_text")},
+                         payload=data.get("payload", {}))
+        probe.cron, probe.capability, probe.task_text = probe.cron or "", probe.capability or "", probe.task_text or ""
+        try:
+            schedule_validate(probe)
+        except ApplicationError as exc:
+            raise ValidationError(exc.message)
+        return data
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    """Cron entries that invoke a capability or a task text; each run shows up as a normal task."""
+
+    form = ScheduleForm
+    list_display = ["name", "enabled", "cron", "every_seconds", "capability", "task_text", "caller", "last_run_at"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "capability", "task_text"]
+    readonly_fields = ["last_run_at", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        schedule_save(schedule=obj)
+
+    def delete_model(self, request, obj):
+        schedule_delete(schedule=obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            schedule_delete(schedule=obj)

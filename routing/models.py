@@ -140,3 +140,25 @@ class CallbackDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"callback for {self.task_id} ({self.status})"
+
+
+class Schedule(models.Model):
+    """A cron (or fixed-interval) entry that invokes a capability or a task text with a payload. Each run is a
+    normal task (parent_request_id ``schedule:<id>``). Kept in step with a django-celery-beat PeriodicTask."""
+
+    name = models.CharField(max_length=120, unique=True)
+    enabled = models.BooleanField(default=True)
+    cron = models.CharField(max_length=120, blank=True, help_text="Five fields: minute hour day month weekday.")
+    every_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Instead of cron.")
+    capability = models.CharField(max_length=120, blank=True)
+    task_text = models.TextField(blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    caller = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+",
+                               help_text="Whose quotas and budget the runs use.")
+    periodic_task = models.OneToOneField("django_celery_beat.PeriodicTask", null=True, blank=True,
+                                         on_delete=models.SET_NULL, related_name="+", editable=False)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name

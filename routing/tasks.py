@@ -42,3 +42,15 @@ def reap_stuck_tasks() -> int:
     from routing.services import tasks_reap
 
     return tasks_reap()
+
+
+@shared_task(acks_late=True)
+def run_schedule(schedule_id: int) -> str:
+    from reach_platform.errors import ApplicationError
+    from routing.schedules import schedule_run
+
+    try:
+        task = schedule_run(schedule_id=schedule_id)
+    except ApplicationError as exc:  # recorded on the task where one was created
+        return exc.code
+    return task.status if task else "disabled"

@@ -62,9 +62,38 @@ def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict
     for version in result.activated:
         capability_version_embed(version=version, embedder=embedder)
     calibration_refresh()
+    for key in snapshot.redis_client().scan_iter("reach:emb:*"):  # figures start from a cold embedding cache
+        snapshot.redis_client().delete(key)
     now = timezone.now()
     Instance.objects.bulk_create([Instance(agent=a, instance_id="bench", url=f"http://127.0.0.1:1/{a.pk}",
                                            last_heartbeat_at=now, last_seen_at=now) for a in Agent.objects.all()])
+    snapshot.bump_generation()
+    snapshot.clear_caches()
+    return result.activated
+
+
+def register_descriptor_folder(folder) -> list:
+    """Import a folder of YAML descriptors through reach_import's own parser and import, activate, embed in this
+    process and calibrate."""
+    from pathlib import Path
+    from unittest import mock
+
+    from registry.descriptors import DescriptorError, descriptors_import, parse_file
+    from registry.embedding import get_embedder
+    from registry.embedding_service import capability_version_embed
+    from routing import snapshot
+    from routing.calibration_service import calibration_refresh
+
+    errors: list[DescriptorError] = []
+    parsed = [p for p in (parse_file(f, errors) for f in sorted(Path(folder).glob("*.yaml"))) if p]
+    if errors:
+        raise SystemExit("\n".join(map(str, errors)))
+    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
+        result = descriptors_import(parsed=parsed, activate=True)
+    embedder = get_embedder()
+    for version in result.activated:
+        capability_version_embed(version=version, embedder=embedder)
+    calibration_refresh()
     snapshot.bump_generation()
     snapshot.clear_caches()
     return result.activated

@@ -28,6 +28,7 @@ EXECUTE_FALSE_RATE = 0.18  # share of simulated out-of-scope / wrong requests le
 HEAD_EXECUTE_FALSE_RATE = 0.08  # the same with the discriminative head, whose margins separate better (CLINC150 val)
 HEAD_MAX_CAPABILITIES = 1000  # above this the head costs minutes to fit; the resolver uses centroids alone
 HEAD_C = 10.0  # inverse L2 strength of the head's softmax regression
+SAME_FAMILY_COSINE = 0.95  # capabilities whose example centroids are this close do the same thing
 CONFIRM_RECALL = 0.90       # share of simulated right requests that reach at least CONFIRM
 MAX_CAPABILITIES = 600      # capabilities sampled for leave-one-out (cost bound on very large registries)
 
@@ -83,22 +84,46 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 5
     return w
 
 
-def top_two(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    part = np.partition(scores, -2, axis=1)[:, -2:] if scores.shape[1] >= 2 else np.hstack(
-        [np.full((len(scores), 1), -1.0), scores])
-    return part.max(1), part.min(1)
+def families(unit_centroids: np.ndarray) -> np.ndarray:
+    """k x k: which capabilities do the same thing (centroids within SAME_FAMILY_COSINE): several agents offering
+    one service. Choosing among them is load balancing and fallback, not ambiguity."""
+    return (unit_centroids @ unit_centroids.T) >= SAME_FAMILY_COSINE
+
+
+def _top_features(Z: np.ndarray, S: np.ndarray, fam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the top class by ``Z``; (its cosine, its margin over the best class outside its family); and
+    whether any class outside the family was left to compare with."""
+    rows = np.arange(len(Z))
+    top = Z.argmax(1)
+    outside = np.where(fam[top], -np.inf, Z)
+    best_out = outside.max(1)
+    has_other = np.isfinite(best_out)
+    margin = np.where(has_other, Z[rows, top] - np.where(has_other, best_out, 0.0), 0.0)
+    return np.stack([S[rows, top], margin], 1), top, has_other
+
+
+def _simulated_cases(Z: np.ndarray, S: np.ndarray, own: np.ndarray, fam: np.ndarray):
+    """In-scope cases (right when the top class is in the example's own family) and out-of-scope cases (the whole
+    own family removed), as features and labels."""
+    F_in, top, keep_in = _top_features(Z, S, fam)
+    labels_in = fam[top, own].astype(float)
+    Z_out = np.where(fam[own], -np.inf, Z)
+    F_out, _, keep_out = _top_features(Z_out, S, fam)
+    keep_out &= np.isfinite(Z_out.max(1))
+    return [F_in[keep_in], F_out[keep_out]], [labels_in[keep_in], np.zeros(int(keep_out.sum()))]
 
 
 def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, seed: int = 0,
                     execute_at: float = 0.75, confirm_at: float = 0.55) -> Calibration:
-    """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases."""
+    """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases. Leave-one-out:
+    each example is scored against its own centroid computed without it."""
     k = len(examples)
     if k < 3:
         return default_calibration()
-    centroids = np.stack([e.mean(0) for e in examples])
     sums = np.stack([e.sum(0) for e in examples])
     counts = np.array([len(e) for e in examples])
-    unit = centroids / np.linalg.norm(centroids, axis=1, keepdims=True)
+    unit = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    fam = families(unit)
     sample = list(range(k))
     if k > MAX_CAPABILITIES:
         sample = sorted(random.Random(seed).sample(sample, MAX_CAPABILITIES))
@@ -109,23 +134,16 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
             continue
         loo = (sums[i][None, :] - E) / (counts[i] - 1)
         loo /= np.linalg.norm(loo, axis=1, keepdims=True)
-        own = (E * loo).sum(1)
-        others = E @ unit.T
-        others[:, i] = -np.inf
-        best_other, second_other = top_two(others)
-        # in scope: own capability vs the best other
-        top = np.maximum(own, best_other)
-        runner = np.where(own >= best_other, best_other, np.maximum(own, second_other))
-        feats.append(np.stack([top, top - runner], 1))
-        labels.append((own > best_other).astype(float))
-        # out of scope: own capability removed
-        feats.append(np.stack([best_other, best_other - second_other], 1))
-        labels.append(np.zeros(len(E)))
+        S = E @ unit.T
+        S[:, i] = (E * loo).sum(1)
+        f, lab = _simulated_cases(S, S, np.full(len(E), i), fam)
+        feats += f
+        labels += lab
         if len(negatives[i]):
-            neg = negatives[i] @ unit.T
-            b1, b2 = top_two(neg)
-            feats.append(np.stack([b1, b1 - b2], 1))
-            labels.append(np.zeros(len(neg)))
+            N = negatives[i] @ unit.T
+            F, _, keep = _top_features(N, N, fam)
+            feats.append(F[keep])
+            labels.append(np.zeros(int(keep.sum())))
     X = np.vstack(feats)
     y = np.concatenate(labels)
     return _cut(X, y, EXECUTE_FALSE_RATE, "centroid", execute_at, confirm_at)
@@ -178,14 +196,6 @@ def _fit_head(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return model.coef_, model.intercept_
 
 
-def _top_features(Z: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each row, the head's top class: (its cosine, its logit margin over the runner-up)."""
-    order = np.argsort(-Z, axis=1)[:, :2]
-    rows = np.arange(len(Z))
-    top, second = order[:, 0], order[:, 1]
-    return np.stack([S[rows, top], Z[rows, top] - Z[rows, second]], 1), top
-
-
 def fit_head_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], version_ids: list[int], *,
                          folds: int = 5, execute_at: float = 0.75, confirm_at: float = 0.55
                          ) -> tuple[Calibration, Head]:
@@ -212,14 +222,9 @@ def fit_head_calibration(examples: list[np.ndarray], negatives: list[np.ndarray]
         centroids = np.stack([Xtr[ytr == c].mean(0) for c in range(k)])
         centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
         Xte, yte = np.vstack(held_X), np.array(held_y)
-        Z, S = Xte @ W.T + b, Xte @ centroids.T
-        F, top = _top_features(Z, S)
-        feats.append(F)
-        labels.append((top == yte).astype(float))
-        Z[np.arange(len(Z)), yte] = -np.inf
-        F, _ = _top_features(Z, S)
-        feats.append(F)
-        labels.append(np.zeros(len(F)))
+        f, lab = _simulated_cases(Xte @ W.T + b, Xte @ centroids.T, yte, families(centroids))
+        feats += f
+        labels += lab
     X_all = np.vstack(examples)
     y_all = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
     W, b = _fit_head(X_all, y_all)
@@ -228,9 +233,9 @@ def fit_head_calibration(examples: list[np.ndarray], negatives: list[np.ndarray]
     negs = [n for n in negatives if len(n)]
     if negs:
         N = np.vstack(negs)
-        F, _ = _top_features(N @ W.T + b, N @ centroids.T)
-        feats.append(F)
-        labels.append(np.zeros(len(F)))
+        F, _, keep = _top_features(N @ W.T + b, N @ centroids.T, families(centroids))
+        feats.append(F[keep])
+        labels.append(np.zeros(int(keep.sum())))
     calibration = _cut(np.vstack(feats), np.concatenate(labels), HEAD_EXECUTE_FALSE_RATE, "head", execute_at,
                        confirm_at)
     return calibration, Head(version_ids=np.array(version_ids), W=W, b=b)

@@ -267,6 +267,8 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
                 return execution
             if outcome == AttemptOutcome.CLIENT_ERROR:
                 return execution  # the request itself is wrong: no other agent will take it either
+            if outcome == AttemptOutcome.TIMEOUT and c_index + 1 < len(candidates):
+                break  # a timed-out agent is slow or sick: the next candidate, not the same one again
             if (outcome in _RETRYABLE and execution.budget_left > 0 and tries < version.max_retries):
                 execution.budget_left -= 1
                 tries += 1

@@ -29,6 +29,7 @@ from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
 from registry.vectors import vector_literal
 from routing import breaker, capacity, snapshot
+from routing.calibration import families
 from routing.choices import Decision
 from routing.schemas import validator_for
 
@@ -107,14 +108,23 @@ def embed_query(text: str) -> np.ndarray:
     return vector
 
 
-def nearest_centroids(snap: snapshot.Snapshot, query: np.ndarray, limit: int) -> tuple[list[int], np.ndarray]:
-    """The ``limit`` ACTIVE versions whose examples' centroid is closest to the query (exact cosine)."""
+def nearest_centroids(snap: snapshot.Snapshot, query: np.ndarray,
+                      limit: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The ``limit`` ACTIVE versions whose examples' centroid is closest to the query (exact cosine): their ids,
+    cosines and centroids."""
     if not len(snap.centroid_ids) or snap.centroids.shape[1] != len(query):
-        return [], np.zeros(0)
+        return [], np.zeros(0), np.zeros((0, len(query)))
     sims = snap.centroids @ query
     top = np.argpartition(-sims, limit - 1)[:limit] if len(sims) > limit else np.arange(len(sims))
     top = top[np.argsort(-sims[top])]
-    return [int(v) for v in snap.centroid_ids[top]], sims[top].astype(np.float64)
+    return [int(v) for v in snap.centroid_ids[top]], sims[top].astype(np.float64), snap.centroids[top]
+
+
+def family_margins(ranking: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Each candidate's margin over the best candidate outside its own family (-1 when there is none)."""
+    others = np.where(families(centroids), -np.inf, ranking[None, :])
+    best_other = others.max(axis=1)
+    return np.where(np.isfinite(best_other), ranking - np.where(np.isfinite(best_other), best_other, 0.0), 0.0)
 
 
 def negative_and_example_similarity(version_ids: list[int], query: np.ndarray,
@@ -231,7 +241,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     query = embed_query(text)
     t1 = time.perf_counter()
     embedder = get_embedder().name
-    ids, sims = nearest_centroids(snap, query, _reach("CANDIDATES"))
+    ids, sims, top_vectors = nearest_centroids(snap, query, _reach("CANDIDATES"))
     t2 = time.perf_counter()
     if not ids:
         resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000}
@@ -241,10 +251,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     if snap.head is not None and snap.calibration.mode == "head" and all(v in snap.head_rows for v in ids):
         rows = [snap.head_rows[v] for v in ids]
         ranking = (snap.head.W[rows] @ query + snap.head.b[rows]).astype(np.float64)
-    # margin of each candidate over the best other capability
-    best = ranking.max()
-    second = np.partition(ranking, -2)[-2] if len(ranking) > 1 else best - 1.0
-    margins = np.where(ranking >= best, ranking - second, ranking - best)
+    margins = family_margins(ranking, top_vectors)
     calibrated = snap.calibration.band_score(sims, margins)
     w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
     # semantic component such that a healthy, fully trusted agent with no rule evidence scores exactly the

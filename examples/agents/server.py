@@ -5,7 +5,7 @@ One process may serve several agents, each on its own port. Each agent:
   endpoint id as fingerprint; ``http-async`` agents answer 202 and report through the gateway's callback API;
 - answers ``GET /health``; ``GET /stats`` returns how often each request id and capability was executed;
 - takes fault settings at start (``--faults``) or at run time (``POST /faults``): ``latency_ms``, ``jitter_ms``,
-  ``spike_rate`` + ``spike_ms``, ``fail_rate`` (5xx), ``fail_status``, ``bad_output_rate``, ``down`` (503 on
+  ``spike_rate`` + ``spike_ms``, ``hang`` (accept, never answer: a dead host), ``fail_rate`` (5xx), ``fail_status``, ``bad_output_rate``, ``down`` (503 on
   everything, health included), ``endpoint_id_override`` (answer as another agent);
 - registers with the gateway and heartbeats every 10 s when ``--gateway`` and ``--keys`` are given.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-DEFAULT_FAULTS = {"latency_ms": 0, "jitter_ms": 0, "spike_rate": 0.0, "spike_ms": 0, "fail_rate": 0.0,
+DEFAULT_FAULTS = {"hang": False, "latency_ms": 0, "jitter_ms": 0, "spike_rate": 0.0, "spike_ms": 0, "fail_rate": 0.0,
                   "fail_status": 503, "bad_output_rate": 0.0, "down": False, "endpoint_id_override": "",
                   "call": None}
 
@@ -158,7 +158,16 @@ def make_handler(state: AgentState):
             except ValueError:
                 return {}
 
+        def _hang(self) -> bool:
+            """A dead host: the connection is accepted and never answered (until 5 minutes pass)."""
+            if state.faults["hang"] and not self.path.startswith(("/faults", "/stats")):
+                time.sleep(300)
+                return True
+            return False
+
         def do_GET(self):
+            if self._hang():
+                return None
             if self.path.startswith("/health"):
                 if state.faults["down"]:
                     return self._send(503, {"status": "down"})
@@ -171,6 +180,8 @@ def make_handler(state: AgentState):
             return self._send(404, {"error": "not found"})
 
         def do_POST(self):
+            if self._hang():
+                return None
             body = self._body()
             if self.path.startswith("/faults"):
                 with state.lock:
@@ -203,6 +214,9 @@ def make_handler(state: AgentState):
                 result = state.answer(capability, body.get("payload") or {})
                 if state.faults["call"]:
                     result["nested"] = nested_call(state, self.headers)
+                    if result["nested"].get("status") != 200:
+                        return self._send(502, {"error": "a dependency failed", "retryable": True,
+                                                "nested": result["nested"]})
                 if state.faults["bad_output_rate"] and state.rng.random() < state.faults["bad_output_rate"]:
                     result = {"unexpected": True}
                 usage = {"input_tokens": 100 + len(json.dumps(body)) // 4, "output_tokens": 50}
@@ -216,14 +230,27 @@ def make_handler(state: AgentState):
 
 
 def nested_call(state: AgentState, headers) -> dict:
-    """An orchestrator calls another capability through the gateway, forwarding the reach headers."""
+    """An orchestrator calls another agent. Through the gateway (``{"token", "task" | "capability"}``), forwarding
+    the reach headers; or, as a naive baseline, straight to a random one of ``{"urls": [...]}`` with a 20 s timeout
+    and two blind retries."""
     spec = state.faults["call"]
+    if spec.get("urls"):
+        url = random.choice(spec["urls"])
+        for _ in range(3):
+            try:
+                r = httpx.post(url, json={"capability": spec.get("capability", ""), "payload": {}}, timeout=20)
+                if r.status_code < 500:
+                    return {"status": r.status_code}
+            except httpx.HTTPError:
+                pass
+        return {"status": 0}
     forward = {k: v for k, v in headers.items() if k.lower().startswith("x-reach-") or k.lower() == "traceparent"}
     forward["Authorization"] = f"Token {spec['token']}"
     forward.pop("X-Reach-Request-Id", None)
+    body = {"payload": spec.get("payload", {})}
+    body["task" if spec.get("task") else "capability"] = spec.get("task") or spec["capability"]
     try:
-        r = httpx.post(f"{state.gateway}/api/v1/invoke", headers=forward, timeout=30,
-                       json={"capability": spec["capability"], "payload": spec.get("payload", {})})
+        r = httpx.post(f"{state.gateway or spec['gateway']}/api/v1/invoke", headers=forward, timeout=30, json=body)
         return {"status": r.status_code, "body": r.json()}
     except (httpx.HTTPError, ValueError) as exc:
         return {"status": 0, "error": str(exc)}

@@ -214,6 +214,7 @@ REACH = {
     "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
     # A worker's claim on an async task; a redelivered message resumes the task only after it.
     "TASK_LEASE_S": env_float("REACH_TASK_LEASE_S", 600),
+    "SESSION_IDLE_S": env_float("REACH_SESSION_IDLE_S", 1800),
     "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),

@@ -6,6 +6,7 @@ from django.utils.html import format_html, format_html_join
 
 from routing.callbacks import delivery_replay
 from routing.models import (
+    AgentSession,
     Attempt,
     CallbackDelivery,
     CallerSecret,
@@ -167,3 +168,15 @@ class ScheduleAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for obj in queryset:
             schedule_delete(schedule=obj)
+
+
+@admin.register(AgentSession)
+class AgentSessionAdmin(admin.ModelAdmin):
+    list_display = ["user_key", "agent_endpoint", "instance", "caller", "opened_at", "last_activity_at", "closed_at",
+                    "close_reason"]
+    list_filter = ["close_reason", "agent_endpoint"]
+    search_fields = ["user_key", "agent_endpoint"]
+    readonly_fields = list_display
+
+    def has_add_permission(self, request):
+        return False

@@ -158,6 +158,7 @@ class CallContext:
     user_key: str = ""
     strategy: str = "weighted_round_robin"
     traceparent: str = ""
+    sticky_instance_id: int | None = None  # the open session's instance, tried first
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -231,6 +232,8 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
         tries = 0
         while True:
             order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key)
+            if ctx.sticky_instance_id is not None:
+                order.sort(key=lambda inst: inst.id != ctx.sticky_instance_id)
             instance, wait = _admit(order)
             if instance is None:
                 busy_wait = wait if busy_wait is None else min(busy_wait, wait)

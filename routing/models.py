@@ -162,3 +162,25 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class AgentSession(models.Model):
+    """A conversation of one caller's user (``user_key``) with one agent: it sticks to one instance while open and
+    closes after SESSION_IDLE_S without activity (seed incident: leaked sessions exhausted an agent)."""
+
+    caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.CASCADE, related_name="+")
+    user_key = models.CharField(max_length=200)
+    agent_endpoint = models.CharField(max_length=100)
+    instance = models.ForeignKey(Instance, null=True, on_delete=models.SET_NULL, related_name="sessions")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    last_activity_at = models.DateTimeField(db_index=True)
+    closed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    close_reason = models.CharField(max_length=40, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["caller", "user_key", "agent_endpoint"],
+                                               condition=models.Q(closed_at__isnull=True),
+                                               name="one_open_session_per_user_and_agent")]
+
+    def __str__(self) -> str:
+        return f"{self.user_key} @ {self.agent_endpoint}"

@@ -25,7 +25,7 @@ from reach_platform.errors import (
 from routing import capacity, gateway, resolver
 from routing.callbacks import check_callback_url, outbox_enqueue
 from routing.choices import SETTLED, TERMINAL, Decision, TaskStatus
-from routing.models import Attempt, Task, TaskEvent
+from routing.models import AgentSession, Attempt, Task, TaskEvent
 
 logger = logging.getLogger(__name__)
 
@@ -180,23 +180,28 @@ _AGENT_REPORTS = {"running": TaskStatus.RUNNING, "succeeded": TaskStatus.SUCCEED
 
 
 def task_callback(*, entry, request_id: str, status: str, result=None, error: str = "") -> Task:
-    """An http-async agent reports progress. Only the agent the task was sent to may report; ACCEPTED -> RUNNING ->
-    SUCCEEDED | FAILED; a repeated or late report changes nothing."""
+    """An http-async agent reports progress. Only the agent the task was sent to may report."""
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
     if row.agent_endpoint != entry.endpoint_id:
         raise PermissionDenied("Only the agent this task was sent to may report on it.", code="not_your_task")
+    return task_agent_report(task=row, status=status, result=result, error=error, source=entry.endpoint_id)
+
+
+def task_agent_report(*, task: Task, status: str, result=None, error: str = "", source: str) -> Task:
+    """Apply an async agent's report (callback or poll): ACCEPTED -> RUNNING -> SUCCEEDED | FAILED; a repeated,
+    late or out-of-order report changes nothing."""
     target = _AGENT_REPORTS[status]
     allowed_from = {TaskStatus.RUNNING: [TaskStatus.ACCEPTED],
                     TaskStatus.SUCCEEDED: [TaskStatus.ACCEPTED, TaskStatus.RUNNING],
                     TaskStatus.FAILED: [TaskStatus.ACCEPTED, TaskStatus.RUNNING]}[target]
     with transaction.atomic():
-        locked = Task.objects.select_for_update().get(pk=row.pk)
+        locked = Task.objects.select_for_update().get(pk=task.pk)
         if locked.status not in allowed_from:
-            return locked  # repeated, late or out-of-order report: harmless
+            return locked
         timeline = Timeline(locked)
-        timeline.move(target, reported_by=entry.endpoint_id)
+        timeline.move(target, reported_by=source)
         if target == TaskStatus.SUCCEEDED:
             locked.result = result
         if target == TaskStatus.FAILED:
@@ -206,6 +211,54 @@ def task_callback(*, entry, request_id: str, status: str, result=None, error: st
         if target in TERMINAL:
             outbox_enqueue(locked)
     return locked
+
+
+def tasks_poll(*, limit: int = 200) -> int:
+    """Poll the status URL of http-async agents that declare one, for tasks they ACKed and have not finished.
+    The agent answers ``{"status": "running" | "succeeded" | "failed", "result"?, "error"?}``; a task still
+    ``accepted`` there is left alone. Returns how many reports were applied."""
+    import httpx
+
+    applied = 0
+    waiting = (Task.objects.filter(status__in=[TaskStatus.ACCEPTED, TaskStatus.RUNNING], instance__status_url__gt="")
+               .select_related("instance").order_by("updated_at")[:limit])
+    for row in waiting:
+        try:
+            response = httpx.get(row.instance.status_url, params={"request_id": row.request_id},
+                                 headers={"X-Reach-Request-Id": row.request_id}, timeout=5)
+            report = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            continue
+        if report.get("status") in _AGENT_REPORTS:
+            before = row.status
+            after = task_agent_report(task=row, status=report["status"], result=report.get("result"),
+                                      error=str(report.get("error") or ""), source=f"poll:{row.agent_endpoint}")
+            applied += after.status != before
+    return applied
+
+
+def _open_session(row: Task, agent: str) -> AgentSession:
+    """The caller's open session with ``agent`` for this user_key (opened when there is none)."""
+    now = timezone.now()
+    session = AgentSession.objects.filter(caller_id=row.caller_id, user_key=row.user_key, agent_endpoint=agent,
+                                          closed_at__isnull=True).first()
+    if session is None:
+        try:
+            with transaction.atomic():
+                session = AgentSession.objects.create(caller_id=row.caller_id, user_key=row.user_key,
+                                                      agent_endpoint=agent, last_activity_at=now)
+        except IntegrityError:  # opened concurrently
+            session = AgentSession.objects.get(caller_id=row.caller_id, user_key=row.user_key,
+                                               agent_endpoint=agent, closed_at__isnull=True)
+    return session
+
+
+def sessions_close_idle(*, now=None) -> int:
+    """Close sessions idle for SESSION_IDLE_S (30 min): their instance binding is released."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=_reach("SESSION_IDLE_S"))
+    return AgentSession.objects.filter(closed_at__isnull=True, last_activity_at__lt=cutoff).update(
+        closed_at=now, close_reason="idle")
 
 
 def tasks_reap(*, now=None) -> int:
@@ -266,14 +319,19 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         timeline.move(TaskStatus.RUNNING)
         if row.mode == "async":
             _checkpoint(row, timeline, candidates)
+        session = _open_session(row, candidates[0].agent) if row.user_key else None
         ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
                                   call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
-                                  traceparent=traceparent)
+                                  traceparent=traceparent,
+                                  sticky_instance_id=session.instance_id if session else None)
         try:
             execution = gateway.execute(candidates=candidates, payload=payload, ctx=ctx)
         except Exception:
             _finish(row, timeline, TaskStatus.FAILED, error={"code": "overloaded", "message": "no capacity"})
             raise
+        if session is not None and execution.instance:
+            AgentSession.objects.filter(pk=session.pk).update(instance_id=execution.instance.id,
+                                                              last_activity_at=timezone.now())
         row.retry_budget = execution.budget_left
         row.fallback = execution.fallback
         if execution.version:

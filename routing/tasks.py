@@ -54,3 +54,17 @@ def run_schedule(schedule_id: int) -> str:
     except ApplicationError as exc:  # recorded on the task where one was created
         return exc.code
     return task.status if task else "disabled"
+
+
+@shared_task(acks_late=True)
+def poll_async_tasks() -> int:
+    from routing.services import tasks_poll
+
+    return tasks_poll()
+
+
+@shared_task(acks_late=True)
+def close_idle_sessions() -> int:
+    from routing.services import sessions_close_idle
+
+    return sessions_close_idle()

@@ -3,7 +3,7 @@
 One process may serve several agents, each on its own port. Each agent:
 - answers ``POST /invoke`` per its descriptor (``{"endpoint_id", "result": {"answer", ...}, "usage"}``), with the
   endpoint id as fingerprint; ``http-async`` agents answer 202 and report through the gateway's callback API;
-- answers ``GET /health``; ``GET /stats`` returns how often each request id and capability was executed;
+- answers ``GET /health``; an ``http-async`` agent also answers ``GET /status?request_id=`` (for polling); ``GET /stats`` returns how often each request id and capability was executed;
 - takes fault settings at start (``--faults``) or at run time (``POST /faults``): ``latency_ms``, ``jitter_ms``,
   ``spike_rate`` + ``spike_ms``, ``hang`` (accept, never answer: a dead host), ``fail_rate`` (5xx), ``fail_status``, ``bad_output_rate``, ``down`` (503 on
   everything, health included), ``endpoint_id_override`` (answer as another agent);
@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-DEFAULT_FAULTS = {"hang": False, "latency_ms": 0, "jitter_ms": 0, "spike_rate": 0.0, "spike_ms": 0, "fail_rate": 0.0,
+DEFAULT_FAULTS = {"no_callback": False, "hang": False, "latency_ms": 0, "jitter_ms": 0, "spike_rate": 0.0, "spike_ms": 0, "fail_rate": 0.0,
                   "fail_status": 503, "bad_output_rate": 0.0, "down": False, "endpoint_id_override": "",
                   "call": None}
 
@@ -51,6 +51,7 @@ class AgentState:
         self.faults["latency_ms"] = server.get("latency_ms", 0)
         self.lock = threading.Lock()
         self.executions: Counter = Counter()
+        self.async_status: dict[str, dict] = {}  # request id -> last report, for GET /status
         self.by_capability: Counter = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -85,6 +86,7 @@ class AgentState:
             "endpoint_id": self.endpoint_id, "environment": self.descriptor["agent"]["environment"],
             "instance_id": f"{self.host}:{self.port}", "url": f"{self.base_url}/invoke",
             "transport": self.transport, "health_url": f"{self.base_url}/health",
+            "status_url": f"{self.base_url}/status" if self.transport == "http-async" else "",
             "max_concurrency": self.max_concurrency, "max_qps": self.max_qps,
             "reg_version": self.reg_version, "started_at": self.started_at,
         }
@@ -118,6 +120,9 @@ class AgentState:
             body["result"] = result
         if error:
             body["error"] = error
+        self.async_status[request_id] = body
+        if self.faults["no_callback"] or not self.gateway:
+            return  # the gateway polls GET /status instead
         for attempt in range(5):
             try:
                 r = httpx.post(f"{self.gateway}/api/v1/tasks/{request_id}/callback", json=body,
@@ -172,6 +177,11 @@ def make_handler(state: AgentState):
                 if state.faults["down"]:
                     return self._send(503, {"status": "down"})
                 return self._send(200, {"status": "ok", "endpoint_id": state.endpoint_id})
+            if self.path.startswith("/status"):
+                from urllib.parse import parse_qs, urlparse
+
+                rid = (parse_qs(urlparse(self.path).query).get("request_id") or [""])[0]
+                return self._send(200, state.async_status.get(rid, {"status": "accepted"}))
             if self.path.startswith("/stats"):
                 with state.lock:
                     return self._send(200, {"endpoint_id": state.endpoint_id, "executions": dict(state.executions),

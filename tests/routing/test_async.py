@@ -197,3 +197,25 @@ def test_worker_killed_mid_task(api, running_agents, celery_worker_proc, capabil
     else:
         assert task.error["code"] == "worker_lost"
         assert agents.stats(agent)["executions"][rid] == 1
+
+
+def test_http_async_agent_without_callbacks_is_polled_at_its_status_url(api, running_agents):
+    from registry.models import Instance
+    from routing.services import tasks_poll
+
+    # given an async agent that never calls back but answers GET /status
+    agents = running_agents(["ocr-agent"])
+    agents.set_faults("ocr-agent", no_callback=True)
+    Instance.objects.filter(agent__endpoint_id="ocr-agent").update(status_url=f"{agents.url('ocr-agent')}/status")
+    from routing import snapshot
+
+    snapshot.bump_generation()
+    api.post("/api/v1/invoke", {"capability": "ocr.extract", "payload": {"image_url": "y.png"},
+                                "request_id": "poll-1"}, format="json")
+    assert _status("poll-1") == "accepted"
+    # when the poller runs until the agent is done
+    wait_until(lambda: tasks_poll() >= 0 and _status("poll-1") == "succeeded", timeout=20, interval=0.3,
+               message="the poll to see the result")
+    task = Task.objects.get(request_id="poll-1")
+    assert "ocr-agent handled ocr.extract" in task.result["answer"]
+    assert any(e.detail.get("reported_by") == "poll:ocr-agent" for e in task.events.all())

@@ -175,3 +175,35 @@ def test_invoke_bad_input_is_4xx(api, running_agents):
     big = {"task": "x" * 5000}
     assert api.post("/api/v1/invoke", big, format="json").status_code == 400
     assert api.get("/api/v1/tasks/missing").status_code == 404
+
+
+def test_user_sessions_stick_to_one_instance_and_close_when_idle(api, running_agents, agent_procs):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from registry.models import Agent, Instance
+    from routing import snapshot
+    from routing.models import AgentSession
+    from routing.services import sessions_close_idle
+
+    # given order-agent with two instances
+    first = running_agents(["order-agent"])
+    second = agent_procs(["order-agent"])
+    Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id="second",
+                            url=f"{second.url('order-agent')}/invoke", max_concurrency=8, max_qps=1000,
+                            last_seen_at=timezone.now())
+    snapshot.bump_generation()
+    # when one user calls four times
+    for i in range(4):
+        assert api.post("/api/v1/invoke", {**ORDER, "user_key": "alice", "request_id": f"s-{i}"},
+                        format="json").json()["status"] == "succeeded"
+    # then one open session holds every call on one instance
+    session = AgentSession.objects.get(user_key="alice", closed_at__isnull=True)
+    counts = [sum(p.stats("order-agent")["by_capability"].values()) for p in (first, second)]
+    assert sorted(counts) == [0, 4]
+    # and after 30 idle minutes it is closed; the next call opens a new one
+    assert sessions_close_idle(now=timezone.now() + timedelta(minutes=31)) == 1
+    assert AgentSession.objects.get(pk=session.pk).close_reason == "idle"
+    api.post("/api/v1/invoke", {**ORDER, "user_key": "alice", "request_id": "s-new"}, format="json")
+    assert AgentSession.objects.filter(user_key="alice", closed_at__isnull=True).exclude(pk=session.pk).exists()

@@ -10,6 +10,8 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 PLATFORM_SCHEDULES = {
     "reach: liveness sweep": ("registry.tasks.liveness_sweep", 10),
     "reach: reap stuck tasks": ("routing.tasks.reap_stuck_tasks", 30),
+    "reach: poll async agents": ("routing.tasks.poll_async_tasks", 5),
+    "reach: close idle sessions": ("routing.tasks.close_idle_sessions", 60),
 }
 
 

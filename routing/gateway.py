@@ -22,6 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from reach_platform.errors import TooManyRequests
+from reach_platform.metrics import CALL_SECONDS, QUOTA_REFUSALS
 from routing import breaker, capacity
 from routing.choices import AttemptOutcome
 from routing.schemas import validator_for
@@ -248,6 +249,7 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
             finally:
                 capacity.release(f"instance:{instance.id}")
             latency = (time.perf_counter() - t0) * 1000
+            CALL_SECONDS.labels(agent=version.agent, outcome=outcome).observe(latency / 1000)
             ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
             breaker.record(instance.id, ok or outcome == AttemptOutcome.CLIENT_ERROR)
             if ok:
@@ -279,6 +281,7 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
                 continue
             break  # next candidate
     if not execution.attempts and busy_wait is not None:
+        QUOTA_REFUSALS.labels(scope="instance").inc()
         raise TooManyRequests("Every capable agent is at capacity; try again shortly.", retry_after=busy_wait,
                               code="agent_overloaded")
     return execution

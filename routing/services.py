@@ -8,21 +8,25 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ledger.services import Price, budget_check, cost_entries_record, cost_entry_for
 from reach_platform.errors import (
     ApplicationError,
     Conflict,
     InvalidInput,
     NotFound,
+    PaymentRequired,
     PermissionDenied,
     TooManyRequests,
 )
-from routing import capacity, gateway, resolver
+from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, RESOLVE_SECONDS
+from routing import capacity, gateway, resolver, snapshot
 from routing.callbacks import check_callback_url, outbox_enqueue
 from routing.choices import SETTLED, TERMINAL, Decision, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
@@ -294,8 +298,9 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         if wait > 0:
             _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_rate", "message": "quota"})
             raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
-        resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
-                                      domains=domains, top_k=row.top_k, cost_preference=cost_preference)
+        with RESOLVE_SECONDS.time():
+            resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
+                                          domains=domains, top_k=row.top_k, cost_preference=cost_preference)
         row.decision = resolution.as_dict()
         row.text_hash = resolution.text_hash
         if resolution.decision == Decision.CONFIRM:
@@ -315,6 +320,14 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
                            code="cycle_detected")
         if resolution.decision == Decision.EXECUTE and capability is None:
             candidates = candidates[: row.top_k]
+        try:
+            warnings = budget_check(caller_id=row.caller_id, team_slugs=[c.team for c in candidates])
+        except PaymentRequired as exc:
+            BUDGET_REFUSALS.labels(scope=(exc.details or {}).get("scope", "?")).inc()
+            _finish(row, timeline, TaskStatus.FAILED, error={"code": exc.code, "message": exc.message})
+            raise
+        if warnings:
+            row.decision["budget_warnings"] = warnings
         timeline.move(TaskStatus.ROUTED, agent=candidates[0].agent, capability=candidates[0].capability)
         timeline.move(TaskStatus.RUNNING)
         if row.mode == "async":
@@ -352,6 +365,26 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         capacity.release(caller_key)
 
 
+def _cost_entries(row: Task, attempts: list) -> list:
+    """One ledger entry per attempt, priced from the routing snapshot (no query)."""
+    if not attempts:
+        return []
+    versions = snapshot.current().versions
+    entries = []
+    for a in attempts:
+        info = versions.get(a.version_id)
+        if info is None:
+            continue
+        price = Price(agent=info.agent, team=info.team, model_name=info.model_name,
+                      price_in=Decimal(info.price_in), price_out=Decimal(info.price_out),
+                      cost_per_call=Decimal(str(info.cost_per_call)), avg_tokens=info.avg_tokens)
+        entries.append(cost_entry_for(price=price, request_id=row.request_id, caller_id=row.caller_id,
+                                      version_id=a.version_id, instance_id=a.instance_id, outcome=a.outcome,
+                                      usage=a.usage, latency_ms=a.latency_ms, number=a.number, is_retry=a.is_retry,
+                                      is_fallback=a.is_fallback, at=a.started_at))
+    return entries
+
+
 def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: dict | None = None,
             attempts: list | None = None, fallback: bool = False) -> Task:
     if status:
@@ -373,6 +406,8 @@ def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: 
                     started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,
                     status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
                     usage=a.usage) for a in attempts])
+        cost_entries_record(entries=_cost_entries(row, attempts))
+    INVOKES.labels(outcome=row.status, agent=row.agent_endpoint or "-").inc()
     logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
                                           "status": row.status, "decision": row.decision.get("decision"),
                                           "agent": (row.decision.get("candidates") or [{}])[0].get("agent")})

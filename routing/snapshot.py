@@ -58,6 +58,11 @@ class VersionInfo:
     is_canary: bool
     canary_share: float
     negatives: int = 0
+    team: str = ""
+    model_name: str = ""
+    price_in: object = 0   # Decimal, per 1k input tokens
+    price_out: object = 0  # Decimal, per 1k output tokens
+    avg_tokens: int = 0
     instances: list[InstanceInfo] = field(default_factory=list)
 
 
@@ -102,7 +107,7 @@ def _build(generation: str) -> Snapshot:
 
     versions: dict[int, VersionInfo] = {}
     qs = (CapabilityVersion.objects.filter(state=VersionState.ACTIVE, capability__agent__status="active")
-          .select_related("capability", "capability__agent"))
+          .select_related("capability", "capability__agent", "capability__agent__team"))
     for v in qs:
         versions[v.pk] = VersionInfo(
             id=v.pk, capability=v.capability.name, version=v.version, agent=v.capability.agent.endpoint_id,
@@ -112,7 +117,9 @@ def _build(generation: str) -> Snapshot:
             reject_conditions=v.reject_conditions or [], idempotent=v.idempotent,
             confidence_weight=v.confidence_weight, timeout_ms=v.timeout_ms, max_retries=v.max_retries,
             p95_latency_ms=v.p95_latency_ms, cost_per_call=float(v.cost_per_call), is_canary=v.is_canary,
-            canary_share=v.canary_share, negatives=len(v.negative_cases or []),
+            canary_share=v.canary_share, negatives=len(v.negative_cases or []), team=v.capability.agent.team.slug,
+            model_name=v.model_name, price_in=v.price_per_1k_input_tokens, price_out=v.price_per_1k_output_tokens,
+            avg_tokens=v.avg_tokens_per_call,
         )
     by_agent: dict[int, list[InstanceInfo]] = {}
     for i in Instance.objects.filter(deregistered_at__isnull=True, liveness__in=ROUTABLE_LIVENESS):

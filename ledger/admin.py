@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils.safestring import mark_safe
+
+from ledger.api.views import parse_week, report_csv
+from ledger.charts import cost_bars_svg
+from ledger.models import Budget, CostEntry
+from ledger.selectors import previous_week, weekly_report
+from reach_platform.errors import ApplicationError
+
+
+@admin.register(CostEntry)
+class CostEntryAdmin(admin.ModelAdmin):
+    """Every attempt's cost. The weekly report (with chart and CSV) is at Ledger → Cost entries → Weekly report."""
+
+    list_display = ["created_at", "request_id", "agent_endpoint", "team_slug", "attempt_number", "outcome",
+                    "input_tokens", "output_tokens", "tokens_estimated", "cost"]
+    list_filter = ["week", "team_slug", "outcome", "tokens_estimated"]
+    search_fields = ["request_id", "agent_endpoint"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_superuser or request.user.groups.filter(name="finance").exists() or \
+            super().has_view_permission(request, obj)
+
+    def get_urls(self):
+        return [path("weekly/", self.admin_site.admin_view(self.weekly_view), name="ledger_weekly"),
+                *super().get_urls()]
+
+    def weekly_view(self, request):
+        if not self.has_view_permission(request):
+            return HttpResponse("The weekly report needs the finance role.", status=403)
+        try:
+            week = parse_week(request.GET.get("week"))
+        except ApplicationError as exc:
+            return HttpResponse(exc.message, status=400)
+        team = request.GET.get("team") or None
+        rows = weekly_report(week=week, team=team)
+        if request.GET.get("export") == "csv":
+            response = HttpResponse(report_csv(rows), content_type="text/csv")
+            response["Content-Disposition"] = f'attachment; filename="reach-weekly-{week}.csv"'
+            return response
+        context = {**self.admin_site.each_context(request), "title": f"Weekly cost report {week}", "rows": rows,
+                   "teams": weekly_report(week=week, team=team, by="team"), "week": week,
+                   "previous": previous_week(week), "team": team or "",
+                   "chart": mark_safe(cost_bars_svg(rows)), "opts": self.model._meta}  # noqa: S308 (escaped SVG)
+        return TemplateResponse(request, "admin/ledger/weekly.html", context)
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "team", "caller", "monthly_limit", "warn_ratio"]

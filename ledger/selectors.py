@@ -1,0 +1,66 @@
+"""The weekly per-agent report, aggregated in the database (one GROUP BY per week)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from django.db.models import Aggregate, Count, FloatField, Q, Sum
+
+from ledger.models import CostEntry
+
+
+class Percentile(Aggregate):
+    """PostgreSQL ``percentile_cont(p) WITHIN GROUP (ORDER BY expr)``."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(p)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression, p: float, **extra):
+        super().__init__(expression, p=float(p), **extra)
+
+
+def previous_week(week: str) -> str:
+    year, number = int(week[:4]), int(week[6:])
+    monday = date.fromisocalendar(year, number, 1) - timedelta(days=7)
+    y, w, _ = monday.isocalendar()
+    return f"{y}-W{w:02d}"
+
+
+def _rows(week: str, team: str | None, agent: str | None, by: str) -> dict[str, dict]:
+    qs = CostEntry.objects.filter(week=week)
+    if team:
+        qs = qs.filter(team_slug=team)
+    if agent:
+        qs = qs.filter(agent_endpoint=agent)
+    group = ["agent_endpoint", "team_slug"] if by == "agent" else ["team_slug"]
+    rows = (qs.values(*group).annotate(
+        calls=Count("id"), succeeded=Count("id", filter=Q(outcome__in=["success", "accepted"])),
+        retries=Count("id", filter=Q(is_retry=True)), fallbacks=Count("id", filter=Q(is_fallback=True)),
+        p50_latency_ms=Percentile("latency_ms", 0.5), p95_latency_ms=Percentile("latency_ms", 0.95),
+        tokens_in=Sum("input_tokens"), tokens_out=Sum("output_tokens"), cost=Sum("cost"),
+    ).order_by(*group))
+    return {r["agent_endpoint"] if by == "agent" else r["team_slug"]: r for r in rows}
+
+
+def weekly_report(*, week: str, team: str | None = None, agent: str | None = None,
+                  by: str = "agent") -> list[dict]:
+    """Per agent (or per team): calls, success rate, p50/p95 latency, tokens in/out, cost, retries, fallbacks,
+    and the change in calls and cost against the previous ISO week."""
+    current = _rows(week, team, agent, by)
+    before = _rows(previous_week(week), team, agent, by)
+    report = []
+    for key, row in current.items():
+        prev = before.get(key)
+        cost = float(row["cost"] or 0)
+        report.append({
+            **({"agent": row["agent_endpoint"]} if by == "agent" else {}),
+            "team": row["team_slug"], "week": week, "calls": row["calls"],
+            "success_rate": round(row["succeeded"] / row["calls"], 4) if row["calls"] else None,
+            "p50_latency_ms": round(row["p50_latency_ms"] or 0, 1), "p95_latency_ms": round(row["p95_latency_ms"] or 0, 1),
+            "tokens_in": row["tokens_in"] or 0, "tokens_out": row["tokens_out"] or 0, "cost": round(cost, 6),
+            "retries": row["retries"], "fallbacks": row["fallbacks"],
+            "calls_change": (row["calls"] - prev["calls"]) if prev else None,
+            "cost_change": round(cost - float(prev["cost"] or 0), 6) if prev else None,
+        })
+    return report

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
@@ -10,6 +10,7 @@ from ledger.api.views import parse_week, report_csv
 from ledger.charts import cost_bars_svg
 from ledger.models import Budget, CostEntry
 from ledger.selectors import previous_week, weekly_report
+from ledger.services import month_spend
 from reach_platform.errors import ApplicationError
 
 
@@ -59,4 +60,18 @@ class CostEntryAdmin(admin.ModelAdmin):
 
 @admin.register(Budget)
 class BudgetAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "team", "caller", "monthly_limit", "warn_ratio"]
+    list_display = ["__str__", "team", "caller", "monthly_limit", "warn_ratio", "spent_this_month"]
+
+    @admin.display(description="Spent this month")
+    def spent_this_month(self, obj):
+        spent = month_spend(obj)
+        ratio = spent / float(obj.monthly_limit) if obj.monthly_limit else 0
+        return f"{spent:.4f} ({ratio:.0%})"
+
+    def changelist_view(self, request, extra_context=None):
+        for budget in Budget.objects.select_related("team", "caller"):
+            spent = month_spend(budget)
+            if budget.monthly_limit and spent >= float(budget.monthly_limit) * budget.warn_ratio:
+                self.message_user(request, f"{budget}: {spent:.4f} spent this month "
+                                           f"({spent / float(budget.monthly_limit):.0%}).", messages.WARNING)
+        return super().changelist_view(request, extra_context)

@@ -6,6 +6,7 @@ from datetime import date, timedelta
 
 from django.db.models import Aggregate, Count, FloatField, Q, Sum
 
+from ledger.filters import WeeklyReportFilter
 from ledger.models import CostEntry
 
 
@@ -28,11 +29,7 @@ def previous_week(week: str) -> str:
 
 
 def _rows(week: str, team: str | None, agent: str | None, by: str) -> dict[str, dict]:
-    qs = CostEntry.objects.filter(week=week)
-    if team:
-        qs = qs.filter(team_slug=team)
-    if agent:
-        qs = qs.filter(agent_endpoint=agent)
+    qs = WeeklyReportFilter({"team": team or "", "agent": agent or ""}, CostEntry.objects.filter(week=week)).qs
     group = ["agent_endpoint", "team_slug"] if by == "agent" else ["team_slug"]
     rows = (qs.values(*group).annotate(
         calls=Count("id"), succeeded=Count("id", filter=Q(outcome__in=["success", "accepted"])),

@@ -9,3 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 app = Celery("reach_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+from reach_platform.tracing import configure_from_env  # noqa: E402
+
+configure_from_env()

@@ -29,6 +29,18 @@ class EventInline(admin.TabularInline):
         return False
 
 
+class DeliveryInline(admin.TabularInline):
+    model = CallbackDelivery
+    extra = 0
+    can_delete = False
+    fields = ["url", "status", "attempts", "last_error", "created_at", "delivered_at", "dead_at"]
+    readonly_fields = fields
+    verbose_name_plural = "callbacks"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
@@ -52,11 +64,11 @@ class TaskAdmin(admin.ModelAdmin):
     search_fields = ["request_id", "trace_id", "agent_endpoint", "capability_label", "task_text"]
     date_hierarchy = "created_at"
     readonly_fields = ["request_id", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
-                       "payload", "why", "agent_endpoint", "capability_label", "result", "error", "attempts_count",
+                       "payload", "why", "cost", "agent_endpoint", "capability_label", "result", "error", "attempts_count",
                        "retry_budget", "depth", "call_path", "trace_id", "parent_request_id", "callback_url",
                        "created_at", "updated_at"]
     exclude = ["decision", "version", "instance", "text_hash", "user_key", "top_k", "deadline_at"]
-    inlines = [EventInline, AttemptInline]
+    inlines = [EventInline, AttemptInline, DeliveryInline]
 
     @admin.display(description="Decision")
     def decision_kind(self, obj):
@@ -65,6 +77,19 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="Score")
     def score(self, obj):
         return obj.decision.get("score", "")
+
+    @admin.display(description="Cost")
+    def cost(self, obj):
+        from ledger.models import CostEntry
+
+        entries = list(CostEntry.objects.filter(request_id=obj.request_id).order_by("attempt_number"))
+        if not entries:
+            return "—"
+        rows = [(e.attempt_number, e.agent_endpoint, e.input_tokens, e.output_tokens,
+                 " (estimated)" if e.tokens_estimated else "", e.cost) for e in entries]
+        total = sum(e.cost for e in entries)
+        return format_html("{}<p>total {}</p>", format_html_join(
+            "", "<div>#{} {}: {} in / {} out tokens{} = {}</div>", rows), total)
 
     @admin.display(description="Why this agent")
     def why(self, obj):

@@ -21,6 +21,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from reach_platform import tracing
 from reach_platform.errors import TooManyRequests
 from reach_platform.metrics import CALL_SECONDS, QUOTA_REFUSALS
 from routing import breaker, capacity
@@ -169,7 +170,9 @@ def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, s
         "X-Reach-Depth": str(ctx.depth + 1),
         "X-Reach-Call-Path": ",".join([*ctx.call_path, version.agent]),
         "X-Reach-Retry-Budget": str(budget),
-        "traceparent": ctx.traceparent or f"00-{ctx.trace_id[:32].ljust(32, '0')}-{random.getrandbits(64):016x}-01",
+        # the attempt span's context when tracing is on; else the caller's trace id with a fresh parent id
+        "traceparent": tracing.current_traceparent()
+        or f"00-{ctx.trace_id[:32].ljust(32, '0')}-{random.getrandbits(64):016x}-01",
     }
     return headers
 
@@ -244,8 +247,13 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
             started = timezone.now()
             t0 = time.perf_counter()
             try:
-                outcome, status, result, error, usage = _call(instance, version, payload, ctx,
-                                                              execution.budget_left, timeout)
+                with tracing.tracer.start_as_current_span(
+                        "reach.attempt", context=tracing.parent_context(ctx.traceparent),
+                        attributes={"reach.request_id": ctx.request_id, "reach.agent": version.agent,
+                                    "reach.attempt": number}) as span:
+                    outcome, status, result, error, usage = _call(instance, version, payload, ctx,
+                                                                  execution.budget_left, timeout)
+                    span.set_attribute("reach.outcome", outcome)
             finally:
                 capacity.release(f"instance:{instance.id}")
             latency = (time.perf_counter() - t0) * 1000

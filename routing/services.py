@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.services import Price, budget_check, cost_entries_record, cost_entry_for
+from reach_platform import tracing
 from reach_platform.errors import (
     ApplicationError,
     Conflict,
@@ -25,7 +26,7 @@ from reach_platform.errors import (
     PermissionDenied,
     TooManyRequests,
 )
-from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, RESOLVE_SECONDS
+from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
 from routing import capacity, gateway, resolver, snapshot
 from routing.callbacks import check_callback_url, outbox_enqueue
 from routing.choices import SETTLED, TERMINAL, Decision, TaskStatus
@@ -291,14 +292,18 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
     caller_key = f"caller:{row.caller_id}"
     if not capacity.acquire(caller_key, _reach("CALLER_MAX_CONCURRENCY")):
         _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_concurrency", "message": "quota"})
+        QUOTA_REFUSALS.labels(scope="caller").inc()
         raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
                               code="caller_concurrency")
     try:
         wait = capacity.take_token(caller_key, _reach("CALLER_MAX_QPS"))
         if wait > 0:
             _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_rate", "message": "quota"})
+            QUOTA_REFUSALS.labels(scope="caller").inc()
             raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
-        with RESOLVE_SECONDS.time():
+        with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
+                "reach.resolve", context=tracing.parent_context(traceparent),
+                attributes={"reach.request_id": row.request_id}):
             resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
                                           domains=domains, top_k=row.top_k, cost_preference=cost_preference)
         row.decision = resolution.as_dict()

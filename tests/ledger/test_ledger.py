@@ -152,3 +152,33 @@ def test_metrics_after_traffic(api, running_agents, admin_client, client):
     assert 'reach_invokes_total{agent="order-agent",outcome="succeeded"}' in text
     assert "reach_resolve_seconds_count" in text and "reach_manual_review_waiting" in text
     assert 'reach_agent_call_seconds_count{agent="order-agent",outcome="success"}' in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_timeline_page_shows_attempts_callbacks_and_cost_for_a_task_with_fallback(api, admin_client,
+                                                                                 running_agents):
+    from routing.models import Task
+
+    agents = running_agents(["doc-summary-agent", "order-agent", "notify-agent", "codegen-agent",
+                             "weekly-report-agent"])
+    agents.set_faults("doc-summary-agent", bad_output_rate=1.0)
+    api.post("/api/v1/invoke", {"task": "summarize this article for me", "request_id": "tl-1",
+                                "payload": {"text": "An article."}, "callback_url": "http://127.0.0.1:9/hook"},
+             format="json")
+    task = Task.objects.get(request_id="tl-1")
+    page = admin_client.get(f"/admin/routing/task/{task.pk}/change/").content.decode()
+    assert "Why this agent" in page and "bad_output" in page
+    assert "doc-summary-agent:" in page and "total" in page  # the cost lines
+    assert "http://127.0.0.1:9/hook" in page  # the callback delivery
+
+
+@pytest.mark.django_db(transaction=True)
+def test_budget_admin_warns_past_80_percent(admin_client, registry_ready):
+    team = Team.objects.get(slug="commerce")
+    Budget.objects.create(team=team, monthly_limit=Decimal("2.00"))
+    now = datetime.now(UTC)
+    cost_entries_record(entries=[CostEntry(created_at=now, week=iso_week(now), request_id="w",
+                                           agent_endpoint="order-agent", team_slug="commerce", outcome="success",
+                                           cost=Decimal("1.70"))])
+    page = admin_client.get("/admin/ledger/budget/").content.decode()
+    assert "1.7000 (85%)" in page and "spent this month (85%)" in page

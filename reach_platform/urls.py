@@ -11,5 +11,6 @@ urlpatterns = [
     path("api/v1/", include("registry.api.urls")),
     path("api/v1/", include("routing.api.urls")),
     path("api/v1/", include("ledger.api.urls")),
+    path("api/v1/", include("reviews.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]

@@ -1,0 +1,99 @@
+"""The capability review workflow and caller feedback, through the API."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from registry.choices import VersionState
+from registry.models import AuditLog, CapabilityVersion, Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people(django_user_model):
+    call_command("reach_import", "examples/descriptors", verbosity=0)
+    member = django_user_model.objects.create_user("member")
+    Team.objects.get(slug="commerce").members.add(member)
+    reviewer = django_user_model.objects.create_user("reviewer")
+    reviewer.groups.add(Group.objects.get(name="reviewer"))
+    own_reviewer = django_user_model.objects.create_user("own-reviewer")
+    own_reviewer.groups.add(Group.objects.get(name="reviewer"))
+    Team.objects.get(slug="commerce").members.add(own_reviewer)
+    outsider = django_user_model.objects.create_user("outsider")
+    Team.objects.get(slug="platform").members.add(outsider)
+    return {"member": member, "reviewer": reviewer, "own_reviewer": own_reviewer, "outsider": outsider}
+
+
+def as_user(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def order_version() -> CapabilityVersion:
+    return CapabilityVersion.objects.get(capability__name="order.query")
+
+
+def test_submit_approve_activates_with_audit(people, django_capture_on_commit_callbacks):
+    version = order_version()
+    r = as_user(people["member"]).post(f"/api/v1/capability-versions/{version.pk}/submit")
+    assert r.status_code == 200 and r.json()["state"] == "submitted"
+    with django_capture_on_commit_callbacks(execute=False):
+        r = as_user(people["reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/approve",
+                                             {"confidence_weight": 0.8}, format="json")
+    assert r.status_code == 200 and r.json()["state"] == "active" and r.json()["confidence_weight"] == 0.8
+    actions = list(AuditLog.objects.filter(target_id=str(version.pk), target_type="registry.capabilityversion")
+                   .order_by("id").values_list("action", "actor__username"))
+    assert actions[-3:] == [("version.submitted", "member"), ("version.approved", "reviewer"),
+                            ("version.activated", "reviewer")]
+
+
+def test_refusals(people):
+    version = order_version()
+    # another team's member cannot submit
+    r = as_user(people["outsider"]).post(f"/api/v1/capability-versions/{version.pk}/submit")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "not_your_team"
+    # an incomplete descriptor cannot be submitted, with the reasons
+    CapabilityVersion.objects.filter(pk=version.pk).update(examples=["one", "two"], negative_cases=[])
+    r = as_user(people["member"]).post(f"/api/v1/capability-versions/{version.pk}/submit")
+    assert r.status_code == 400 and len(r.json()["error"]["details"]) == 2
+    CapabilityVersion.objects.filter(pk=version.pk).update(examples=[f"e{i}" for i in range(10)],
+                                                           negative_cases=["n"])
+    assert as_user(people["member"]).post(f"/api/v1/capability-versions/{version.pk}/submit").status_code == 200
+    # a reviewer of the same team cannot approve; a non-reviewer cannot either
+    r = as_user(people["own_reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/approve",
+                                             {"confidence_weight": 1}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "own_team"
+    r = as_user(people["member"]).post(f"/api/v1/capability-versions/{version.pk}/approve",
+                                       {"confidence_weight": 1}, format="json")
+    assert r.status_code == 403
+    # rejection needs a comment
+    r = as_user(people["reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/reject", {"comment": ""},
+                                         format="json")
+    assert r.status_code == 400
+    r = as_user(people["reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/reject",
+                                         {"comment": "examples are placeholders"}, format="json")
+    assert r.status_code == 200 and r.json()["state"] == VersionState.REJECTED
+    # and a rejected version cannot be approved
+    r = as_user(people["reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/approve",
+                                         {"confidence_weight": 1}, format="json")
+    assert r.status_code == 409
+
+
+def test_caller_feedback_is_a_labelled_example(api, user):
+    from reviews.models import RoutingFeedback
+    from routing.models import Task
+
+    Task.objects.create(request_id="fb-1", caller=user, task_text="where is my parcel",
+                        capability_label="order.query@1.0.0", status="succeeded")
+    r = api.post("/api/v1/tasks/fb-1/feedback", {"correct": False, "comment": "it was a billing question"},
+                 format="json")
+    assert r.status_code == 201
+    feedback = RoutingFeedback.objects.get()
+    assert (feedback.request_text, feedback.capability, feedback.correct) == ("where is my parcel", "order.query",
+                                                                              False)
+    assert api.post("/api/v1/tasks/nope/feedback", {"correct": True}, format="json").status_code == 404

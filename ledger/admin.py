@@ -7,9 +7,9 @@ from django.urls import path
 from django.utils.safestring import mark_safe
 
 from ledger.api.views import parse_week, report_csv
-from ledger.charts import cost_bars_svg
+from ledger.charts import cost_bars_svg, trend_svg
 from ledger.models import Budget, CostEntry
-from ledger.selectors import previous_week, weekly_report
+from ledger.selectors import previous_week, weekly_report, weekly_totals
 from ledger.services import month_spend
 from reach_platform.errors import ApplicationError
 
@@ -54,7 +54,9 @@ class CostEntryAdmin(admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "title": f"Weekly cost report {week}", "rows": rows,
                    "teams": weekly_report(week=week, team=team, by="team"), "week": week,
                    "previous": previous_week(week), "team": team or "",
-                   "chart": mark_safe(cost_bars_svg(rows)), "opts": self.model._meta}  # noqa: S308 (escaped SVG)
+                   "chart": mark_safe(cost_bars_svg(rows)),  # noqa: S308 (escaped SVG)
+                   "trend": mark_safe(trend_svg(weekly_totals(week=week, team=team))),  # noqa: S308
+                   "opts": self.model._meta}
         return TemplateResponse(request, "admin/ledger/weekly.html", context)
 
 

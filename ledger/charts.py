@@ -27,3 +27,23 @@ def cost_bars_svg(rows: list[dict], width: int = 760, bar_height: int = 22) -> s
         parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + 15}" font-size="12">{row["cost"]:.4f}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def trend_svg(points: list[tuple[str, float]], width: int = 760, height: int = 160) -> str:
+    """Total cost per ISO week as a line, oldest first."""
+    if not points:
+        return ""
+    top = max(v for _, v in points) or 1e-9
+    left, bottom, plot_w, plot_h = 10, height - 24, width - 120, height - 40
+    step = plot_w / max(1, len(points) - 1)
+    coords = [(left + i * step, bottom - v / top * plot_h) for i, (_, v) in enumerate(points)]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="cost per week">',
+             '<polyline fill="none" stroke="#417690" stroke-width="2" points="'
+             + " ".join(f"{x:.1f},{y:.1f}" for x, y in coords) + '"/>']
+    for (x, y), (week, value) in zip(coords, points, strict=True):
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#417690"><title>{escape(week)}: '
+                     f'{value:.4f}</title></circle>')
+        parts.append(f'<text x="{x:.1f}" y="{height - 6}" font-size="10" text-anchor="middle">{escape(week[5:])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)

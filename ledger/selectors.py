@@ -61,3 +61,13 @@ def weekly_report(*, week: str, team: str | None = None, agent: str | None = Non
             "cost_change": round(cost - float(prev["cost"] or 0), 6) if prev else None,
         })
     return report
+
+
+def weekly_totals(*, week: str, weeks: int = 8, team: str | None = None) -> list[tuple[str, float]]:
+    """Total cost for ``week`` and the ``weeks - 1`` before it, oldest first (one GROUP BY)."""
+    names = [week]
+    for _ in range(weeks - 1):
+        names.insert(0, previous_week(names[0]))
+    qs = WeeklyReportFilter({"team": team or ""}, CostEntry.objects.filter(week__in=names)).qs
+    totals = {r["week"]: float(r["cost"] or 0) for r in qs.values("week").annotate(cost=Sum("cost"))}
+    return [(name, totals.get(name, 0.0)) for name in names]

@@ -117,6 +117,7 @@ def test_only_finance_and_staff_read_the_ledger(api, user, known_weeks, django_u
     finance.save()
     page = client.get("/admin/ledger/costentry/weekly/?week=2026-W47")
     assert page.status_code == 200 and b"<svg" in page.content and b"per-agent" in page.content
+    assert b"<polyline" in page.content and b"2026-W46: 0.0500" in page.content  # the weekly trend
     assert client.get("/admin/registry/agent/").status_code == 403
 
 
@@ -182,3 +183,23 @@ def test_budget_admin_warns_past_80_percent(admin_client, registry_ready):
                                            cost=Decimal("1.70"))])
     page = admin_client.get("/admin/ledger/budget/").content.decode()
     assert "1.7000 (85%)" in page and "spent this month (85%)" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cost_preference_lets_a_cheaper_candidate_rank_higher(api, running_agents):
+    from registry.models import CapabilityVersion
+
+    running_agents(["order-agent", "notify-agent", "doc-summary-agent", "codegen-agent"])
+    body = {"task": "email the customer that their order is delayed"}
+    plain = api.post("/api/v1/resolve", body, format="json").json()["candidates"]
+    assert all(c["breakdown"]["cost_penalty"] == 0 for c in plain)
+    # make the plain winner the dearest candidate; asking for cheap routing costs it a penalty
+    top = plain[0]
+    CapabilityVersion.objects.filter(pk=top["version_id"]).update(cost_per_call=Decimal("5"))
+    from routing import snapshot
+
+    snapshot.bump_generation()
+    cheap = api.post("/api/v1/resolve", {**body, "cost_preference": 1.0}, format="json").json()["candidates"]
+    by_capability = {c["capability"]: c for c in cheap}
+    assert by_capability[top["capability"]]["breakdown"]["cost_penalty"] == pytest.approx(0.1)
+    assert by_capability[top["capability"]]["score"] < top["score"]

@@ -97,3 +97,28 @@ def register_descriptor_folder(folder) -> list:
     snapshot.bump_generation()
     snapshot.clear_caches()
     return result.activated
+
+
+def serve_gateway(db_name: str, port: int, **env_overrides: str):
+    """Start the gateway as production serves it (gunicorn, reach_platform/gunicorn.conf.py) on ``db_name`` and
+    wait until it answers. Returns the process (its own session: stop it with os.killpg) and its base URL."""
+    import subprocess
+    import time
+
+    import httpx
+    from django.conf import settings
+
+    base = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME=db_name, REDIS_URL=settings.REDIS_URL,
+               DEBUG="false", LOG_LEVEL="WARNING", **env_overrides)
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "reach_platform.wsgi", "-c",
+                            "reach_platform/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
+                           cwd=base, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{url}/admin/login/", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return web, url

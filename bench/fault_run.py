@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from _common import setup_django
+from _common import serve_gateway, setup_django
 
 BASE = Path(__file__).resolve().parent.parent
 PORT0 = 31000
@@ -202,7 +202,6 @@ def main() -> None:
 
     setup_django("reach_bench_faults")
     from _common import register_descriptor_folder
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.utils import timezone
     from rest_framework.authtoken.models import Token
@@ -229,19 +228,8 @@ def main() -> None:
     for line in agents.stdout:
         if line.strip() == "ready":
             break
-    gateway = f"http://127.0.0.1:{args.port}"
-    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME="reach_bench_faults",
-               REDIS_URL=settings.REDIS_URL, DEBUG="false", LOG_LEVEL="WARNING")
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "reach_platform.wsgi", "-c",
-                            "reach_platform/gunicorn.conf.py", "--bind", f"127.0.0.1:{args.port}"],
-                           cwd=BASE, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    web, gateway = serve_gateway("reach_bench_faults", args.port)
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{gateway}/admin/login/", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         requests = stream(args.requests, args.seed)
         search_urls = [f"http://127.0.0.1:{ports[a]}/invoke" for a in FAMILIES["search"]["agents"]]
 

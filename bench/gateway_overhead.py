@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from _common import setup_django
+from _common import serve_gateway, setup_django
 
 BASE = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,6 @@ def main() -> None:
     setup_django("reach_bench_gateway")
     from unittest import mock
 
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from rest_framework.authtoken.models import Token
@@ -98,21 +97,10 @@ def main() -> None:
     Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id="bench",
                             url=f"{agent_url}/invoke", max_concurrency=1000, max_qps=100000)
     snapshot.bump_generation()
-    env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME="reach_bench_gateway",
-               REDIS_URL=settings.REDIS_URL, WEB_WORKERS=str(args.workers), WEB_THREADS=str(args.threads),
-               DEBUG="false", LOG_LEVEL="WARNING", REACH_CALLER_MAX_QPS="100000",
-               REACH_CALLER_MAX_CONCURRENCY="10000")
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "reach_platform.wsgi", "-c",
-                            "reach_platform/gunicorn.conf.py", "--bind", f"127.0.0.1:{args.port}"],
-                           cwd=BASE, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
-    gateway = f"http://127.0.0.1:{args.port}"
+    web, gateway = serve_gateway("reach_bench_gateway", args.port, WEB_WORKERS=str(args.workers),
+                                 WEB_THREADS=str(args.threads), REACH_CALLER_MAX_QPS="100000",
+                                 REACH_CALLER_MAX_CONCURRENCY="10000")
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{gateway}/admin/login/", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         payload = {"order_id": "42"}
         direct_body = lambda: {"capability": "order.query", "payload": payload,  # noqa: E731
                                "request_id": uuid.uuid4().hex}

@@ -23,3 +23,20 @@ class RoutingFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"{'right' if self.correct else 'wrong'}: {self.capability or 'none'} for {self.task_id}"
+
+
+class ReviewClaim(models.Model):
+    """A reviewer's hold on one manual-review item (a task in MANUAL_REVIEW); at most one per task."""
+
+    class Resolution(models.TextChoices):
+        ANSWERED = "answered", "Answered by hand"
+        REJECTED = "rejected", "Rejected"
+
+    task = models.OneToOneField(Task, on_delete=models.CASCADE, related_name="review_claim")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    claimed_at = models.DateTimeField(auto_now_add=True)
+    resolution = models.CharField(max_length=12, choices=Resolution.choices, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.task_id} claimed by {self.reviewer}"

@@ -14,7 +14,7 @@ from registry.choices import ACTIONS, VersionState
 from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES
 from registry.models import CapabilityVersion
 from registry.services import capability_version_activate
-from reviews.models import RoutingFeedback
+from reviews.models import ReviewClaim, RoutingFeedback
 
 REVIEWER_GROUP = "reviewer"
 
@@ -108,3 +108,63 @@ def task_feedback(*, task, actor, correct: bool, comment: str = "") -> RoutingFe
     capability = (task.capability_label or "").split("@")[0]
     return RoutingFeedback.objects.create(task=task, request_text=task.task_text, capability=capability,
                                           correct=correct, comment=comment[:2000], source="caller", actor=actor)
+
+
+def _claim_of(task, reviewer) -> ReviewClaim:
+    claim = ReviewClaim.objects.filter(task=task, resolution="").first()
+    if claim is None or claim.reviewer_id != reviewer.pk:
+        raise PermissionDenied("Claim the item first; another reviewer may hold it.", code="not_claimed")
+    return claim
+
+
+def queue_claim(*, task, reviewer) -> ReviewClaim:
+    """Compare-and-set through the unique task: of two concurrent claims exactly one wins."""
+    from django.db import IntegrityError
+
+    if not is_reviewer(reviewer):
+        raise PermissionDenied("Only reviewers may claim review items.", code="not_a_reviewer")
+    if task.status != "manual_review":
+        raise Conflict(f"Task {task.request_id} is not waiting for review.", code="state_conflict")
+    try:
+        with transaction.atomic():
+            claim = ReviewClaim.objects.create(task=task, reviewer=reviewer)
+    except IntegrityError:
+        holder = ReviewClaim.objects.select_related("reviewer").get(task=task)
+        raise Conflict(f"Already claimed by {holder.reviewer.get_username()}.", code="already_claimed")
+    audit(action="review.claimed", target=task, actor=reviewer)
+    return claim
+
+
+def queue_answer(*, task, reviewer, answer) -> object:
+    """Answer by hand: the caller's task completes with the answer (its callback fires) and the resolution is
+    kept as routing feedback (no capability served it)."""
+    from django.utils import timezone
+
+    from routing.services import task_resolve_by_hand
+
+    claim = _claim_of(task, reviewer)
+    with transaction.atomic():
+        task = task_resolve_by_hand(task=task, status="succeeded", result=answer, actor=reviewer)
+        ReviewClaim.objects.filter(pk=claim.pk).update(resolution=ReviewClaim.Resolution.ANSWERED,
+                                                       resolved_at=timezone.now())
+        RoutingFeedback.objects.create(task=task, request_text=task.task_text, capability="", correct=True,
+                                       comment="answered by hand", source="reviewer", actor=reviewer)
+        audit(action="review.answered", target=task, actor=reviewer)
+    return task
+
+
+def queue_reject(*, task, reviewer, reason: str) -> object:
+    from django.utils import timezone
+
+    from routing.services import task_resolve_by_hand
+
+    if not reason.strip():
+        raise InvalidInput("A rejection needs a reason.", code="comment_required")
+    claim = _claim_of(task, reviewer)
+    with transaction.atomic():
+        task = task_resolve_by_hand(task=task, status="failed", error={"code": "rejected_by_review",
+                                                                       "message": reason.strip()}, actor=reviewer)
+        ReviewClaim.objects.filter(pk=claim.pk).update(resolution=ReviewClaim.Resolution.REJECTED,
+                                                       resolved_at=timezone.now())
+        audit(action="review.rejected", target=task, actor=reviewer, after={"reason": reason.strip()})
+    return task

@@ -266,6 +266,23 @@ def sessions_close_idle(*, now=None) -> int:
         closed_at=now, close_reason="idle")
 
 
+def task_resolve_by_hand(*, task: Task, status: str, result=None, error: dict | None = None, actor=None) -> Task:
+    """A reviewer settles a task waiting in MANUAL_REVIEW (answer or reject); its callback fires."""
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().get(pk=task.pk)
+        if locked.status != TaskStatus.MANUAL_REVIEW:
+            raise Conflict(f"Task {locked.request_id} is {locked.status}, not waiting for review.",
+                           code="state_conflict")
+        timeline = Timeline(locked)
+        timeline.move(status, resolved_by=getattr(actor, "username", "reviewer"))
+        locked.result = result
+        locked.error = error
+        locked.save()
+        TaskEvent.objects.bulk_create(timeline.events)
+        outbox_enqueue(locked)
+    return locked
+
+
 def tasks_reap(*, now=None) -> int:
     """Fail tasks stuck past their deadline (a lost worker, an async agent that never reported), with the state
     they were stuck in on the timeline, and fire their callbacks. Returns how many were reaped."""

@@ -27,7 +27,7 @@ def clean_redis():
 
 @pytest.fixture(autouse=True)
 def environments(request):
-    """Transactional tests flush the data migrations' rows; put the environments back for every DB test."""
+    """Transactional tests flush the data migrations' rows; put environments and groups back for every DB test."""
     marker = request.node.get_closest_marker("django_db")
     names = set(request.fixturenames)
     if marker is None and not names & {"db", "transactional_db", "live_server"}:
@@ -35,10 +35,14 @@ def environments(request):
     transactional = (marker is not None and marker.kwargs.get("transaction")) or names & {"transactional_db",
                                                                                           "live_server"}
     request.getfixturevalue("transactional_db" if transactional else "db")
+    from django.contrib.auth.models import Group
+
     from registry.models import Environment
 
     for name in ("dev", "staging", "prod"):
         Environment.objects.get_or_create(name=name)
+    for name in ("agent team member", "reviewer", "finance", "admin"):  # made by data migrations, flushed likewise
+        Group.objects.get_or_create(name=name)
 
 
 @pytest.fixture(scope="session")

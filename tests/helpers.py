@@ -55,11 +55,26 @@ class AgentProcess:
         self.faults = faults or {}
         self.heartbeat = heartbeat
         self.tmp = tmp or Path("/tmp")
+        self.fixed_ports = port_offset is not None
         self.port_offset = port_offset if port_offset is not None else free_port() - 9100
         self.proc: subprocess.Popen | None = None
         self.urls: dict[str, str] = {}
 
-    def start(self) -> AgentProcess:
+    def start(self, tries: int = 3) -> AgentProcess:
+        """Start the process; when one of its ports turns out to be taken, try again on fresh ports."""
+        for attempt in range(tries):
+            try:
+                return self._start()
+            except AssertionError:
+                if self.proc and self.proc.poll() is None:
+                    self.kill()
+                if attempt == tries - 1 or self.fixed_ports:
+                    raise
+                self.port_offset = free_port() - 9100
+                self.urls = {}
+        return self
+
+    def _start(self) -> AgentProcess:
         keys_file = self.tmp / f"keys-{os.getpid()}-{self.port_offset}.json"
         keys_file.write_text(json.dumps(self.keys))
         cmd = [sys.executable, str(BASE / "examples/agents/server.py"), "--agents", ",".join(self.agents),
@@ -67,7 +82,8 @@ class AgentProcess:
                "--faults", json.dumps(self.faults)]
         if self.gateway:
             cmd += ["--gateway", self.gateway, "--keys", str(keys_file)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     start_new_session=True)
         for line in self.proc.stdout:
             if line.startswith("agent "):
                 parts = line.split()

@@ -69,3 +69,57 @@ class FeedbackView(APIView):
         feedback = services.task_feedback(task=task, actor=request.user, **data.validated_data)
         return Response({"id": feedback.pk, "capability": feedback.capability, "correct": feedback.correct},
                         status=201)
+
+
+class AnswerInput(serializers.Serializer):
+    answer = serializers.JSONField()
+
+
+class ReasonInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+def _waiting(request_id: str):
+    from routing.models import Task
+
+    task = Task.objects.filter(request_id=request_id).first()
+    if task is None:
+        raise NotFound(f"No task with request_id '{request_id}'.")
+    return task
+
+
+class QueueListView(APIView):
+    """Items waiting for a reviewer, oldest first."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        from routing.models import Task
+
+        items = (Task.objects.filter(status="manual_review").order_by("created_at")
+                 .values("request_id", "task_text", "created_at", "decision__score")[:200])
+        return Response({"count": len(items), "results": list(items)})
+
+
+class ClaimView(APIView):
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request, request_id: str):
+        claim = services.queue_claim(task=_waiting(request_id), reviewer=request.user)
+        return Response({"request_id": request_id, "reviewer": claim.reviewer.get_username()})
+
+
+class AnswerView(APIView):
+    @extend_schema(request=AnswerInput, responses={200: dict})
+    def post(self, request, request_id: str):
+        data = AnswerInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        task = services.queue_answer(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
+        return Response({"request_id": task.request_id, "status": task.status})
+
+
+class QueueRejectView(APIView):
+    @extend_schema(request=ReasonInput, responses={200: dict})
+    def post(self, request, request_id: str):
+        data = ReasonInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        task = services.queue_reject(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
+        return Response({"request_id": task.request_id, "status": task.status})

@@ -218,6 +218,12 @@ REACH = {
     "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),
+    # Canary releases: a canary is compared with its capability's stable version over the attempts since it went
+    # live; with at least CANARY_MIN_SAMPLE attempts it is rolled back when its success rate is lower by more than
+    # CANARY_SUCCESS_MARGIN, or its p95 latency higher by more than CANARY_LATENCY_MARGIN (a ratio).
+    "CANARY_MIN_SAMPLE": int(env_float("REACH_CANARY_MIN_SAMPLE", 20)),
+    "CANARY_SUCCESS_MARGIN": env_float("REACH_CANARY_SUCCESS_MARGIN", 0.05),
+    "CANARY_LATENCY_MARGIN": env_float("REACH_CANARY_LATENCY_MARGIN", 0.5),
 }
 
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

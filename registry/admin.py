@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
+from django.shortcuts import redirect
 from django.utils.html import format_html
 
+from reach_platform.errors import ApplicationError
 from registry import services
 from registry.choices import VersionState
 from registry.models import (
@@ -15,6 +18,39 @@ from registry.models import (
     Instance,
     Team,
 )
+from registry.permissions import can_edit_team, is_admin, sees_all_teams, team_ids
+
+
+class TeamScopedAdmin(admin.ModelAdmin):
+    """Team members see and change their own team's objects only; reviewers and finance read everything; admins
+    do everything. The same rules are enforced again by the services the admin calls."""
+
+    team_path = "team"
+
+    def team_id_of(self, obj) -> int:
+        target = obj
+        for part in self.team_path.split("__"):
+            target = getattr(target, part)
+        return target.pk
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        if sees_all_teams(request.user):
+            return qs
+        return qs.filter(**{f"{self.team_path}__in": team_ids(request.user)})
+
+    def has_change_permission(self, request, obj=None):
+        if not super().has_change_permission(request, obj):
+            return False
+        return obj is None or can_edit_team(request.user, self.team_id_of(obj))
+
+    def has_delete_permission(self, request, obj=None):
+        return is_admin(request.user) and super().has_delete_permission(request, obj)
+
+
+def error_message(exc: ApplicationError) -> str:
+    details = exc.details if isinstance(exc.details, list) else []
+    return exc.message + (" " + "; ".join(str(d) for d in details) if details else "")
 
 
 @admin.register(Team)
@@ -46,7 +82,18 @@ class AllowlistEntryAdmin(admin.ModelAdmin):
             self.message_user(request, f"Key for {entry}: {raw} (shown once, store it now)", messages.WARNING)
 
 
-class InstanceInline(admin.TabularInline):
+class AdminOnlyEditsInline(admin.TabularInline):
+    def has_change_permission(self, request, obj=None):
+        return is_admin(request.user)
+
+    def has_add_permission(self, request, obj=None):
+        return is_admin(request.user)
+
+    def has_delete_permission(self, request, obj=None):
+        return is_admin(request.user)
+
+
+class InstanceInline(AdminOnlyEditsInline):
     model = Instance
     extra = 0
     fields = ["instance_id", "url", "transport", "liveness", "weight", "max_concurrency", "max_qps",
@@ -55,7 +102,7 @@ class InstanceInline(admin.TabularInline):
     show_change_link = True
 
 
-class CapabilityInline(admin.TabularInline):
+class CapabilityInline(AdminOnlyEditsInline):
     model = Capability
     extra = 0
     fields = ["name"]
@@ -68,11 +115,29 @@ def liveness_badge(liveness: str) -> str:
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TeamScopedAdmin):
     list_display = ["endpoint_id", "team", "environment", "status", "instances_live"]
     list_filter = ["environment", "team", "status"]
     search_fields = ["endpoint_id", "display_name", "description"]
     inlines = [InstanceInline, CapabilityInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and not is_admin(request.user):  # teams edit the description and status only
+            return ["endpoint_id", "team", "environment", "created_at", "updated_at"]
+        return super().get_readonly_fields(request, obj)
+
+    def get_fields(self, request, obj=None):
+        return ["endpoint_id", "display_name", "description", "team", "environment", "status"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        fields = {name: form.cleaned_data[name] for name in form.changed_data if name in services.AGENT_EDITABLE}
+        other = [name for name in form.changed_data if name not in services.AGENT_EDITABLE]
+        if other and is_admin(request.user):
+            super().save_model(request, obj, form, change)
+        if fields:
+            services.agent_update(agent=obj, actor=request.user, **fields)
 
     @admin.display(description="Instances")
     def instances_live(self, obj):
@@ -84,7 +149,8 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Instance)
-class InstanceAdmin(admin.ModelAdmin):
+class InstanceAdmin(TeamScopedAdmin):
+    team_path = "agent__team"
     list_display = ["__str__", "url", "transport", "liveness_col", "in_flight", "max_concurrency",
                     "last_heartbeat_at"]
     list_filter = ["liveness", "transport", "agent__environment"]
@@ -107,21 +173,90 @@ class VersionInline(admin.TabularInline):
 
 
 @admin.register(Capability)
-class CapabilityAdmin(admin.ModelAdmin):
+class CapabilityAdmin(TeamScopedAdmin):
+    team_path = "agent__team"
     list_display = ["name", "agent"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "agent" and not is_admin(request.user):
+            kwargs["queryset"] = Agent.objects.filter(team__in=team_ids(request.user))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        from registry.permissions import ensure_can_edit_team
+
+        ensure_can_edit_team(request.user, obj.agent.team_id, f"agent '{obj.agent.endpoint_id}'")
+        super().save_model(request, obj, form, change)
     search_fields = ["name", "agent__endpoint_id"]
     inlines = [VersionInline]
 
 
+class DraftForm(forms.ModelForm):
+    class Meta:
+        model = CapabilityVersion
+        fields = ["capability", "version", *services.DRAFT_FIELDS]
+
+
 @admin.register(CapabilityVersion)
-class CapabilityVersionAdmin(admin.ModelAdmin):
-    list_display = ["capability", "version", "state", "action", "is_canary", "idempotent", "confidence_weight",
-                    "embedded_with"]
-    list_filter = ["state", "action", "idempotent", "is_canary", "capability__agent__environment"]
+class CapabilityVersionAdmin(TeamScopedAdmin):
+    """Versions are written as drafts by their team; the review page (diff and workflow buttons) moves them on."""
+
+    team_path = "capability__agent__team"
+    form = DraftForm
+    list_display = ["capability", "version", "state_col", "action", "canary_col", "confidence_weight"]
+    list_filter = ["state", "action", "is_canary", "rolled_back", "capability__agent__team",
+                   "capability__agent__environment"]
     search_fields = ["capability__name", "description", "version"]
-    readonly_fields = ["state", "embedded_with", "source_digest", "activated_at", "rolled_back", "submitted_by",
-                       "reviewed_by", "created_at", "updated_at", "audit_history"]
     actions = ["activate"]
+    WORKFLOW_FIELDS = ["state", "is_canary", "canary_share", "rolled_back", "confidence_weight", "review_comment",
+                       "submitted_by", "reviewed_by", "embedded_with", "activated_at", "created_at", "updated_at",
+                       "audit_history"]
+
+    def get_fields(self, request, obj=None):
+        fields = ["capability", "version", *services.DRAFT_FIELDS]
+        return fields if obj is None else [*fields, *self.WORKFLOW_FIELDS]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["capability", "version", *self.WORKFLOW_FIELDS]
+
+    def has_change_permission(self, request, obj=None):
+        # only drafts (and rejected versions, which go back to draft) are edited; the rest moves by workflow
+        if obj is not None and obj.state not in (VersionState.DRAFT, VersionState.REJECTED):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "capability" and not is_admin(request.user):
+            kwargs["queryset"] = Capability.objects.filter(agent__team__in=team_ids(request.user))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        fields = {name: form.cleaned_data[name] for name in services.DRAFT_FIELDS
+                  if name in form.cleaned_data and (not change or name in form.changed_data)}
+        if change:
+            saved = services.capability_version_draft_update(version=obj, actor=request.user, **fields)
+        else:
+            saved = services.capability_version_draft_create(capability=obj.capability, actor=request.user,
+                                                             version=obj.version, **fields)
+        obj.pk = obj.id = saved.pk
+        obj.state = saved.state
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApplicationError as exc:
+            self.message_user(request, error_message(exc), messages.ERROR)
+            return redirect(request.path)
+
+    @admin.display(description="State", ordering="state")
+    def state_col(self, obj):
+        return format_html("<b>{}</b>{}", obj.state.upper(), " (rolled back)" if obj.rolled_back else "")
+
+    @admin.display(description="Canary")
+    def canary_col(self, obj):
+        return f"{obj.canary_share:.0%}" if obj.is_canary else "—"
 
     @admin.display(description="Audit history")
     def audit_history(self, obj):

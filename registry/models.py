@@ -97,6 +97,9 @@ class Instance(models.Model):
     transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.HTTP)
     health_url = models.URLField(max_length=500, blank=True)
     status_url = models.URLField(max_length=500, blank=True, help_text="Poll URL of an http-async agent.")
+    versions = ArrayField(models.CharField(max_length=40), default=list, blank=True,
+                          help_text="Capability versions this copy serves (empty: all). A canary version's "
+                                    "traffic goes only to instances that serve it.")
     weight = models.PositiveIntegerField(default=100)
     max_concurrency = models.PositiveIntegerField(default=16)
     max_qps = models.FloatField(default=100.0)

@@ -19,7 +19,7 @@ from registry.models import Agent, AllowlistEntry, CapabilityVersion, Environmen
 logger = logging.getLogger(__name__)
 
 INSTANCE_AUDIT_FIELDS = ["url", "transport", "health_url", "weight", "max_concurrency", "max_qps",
-                         "reg_version", "liveness"]
+                         "versions", "reg_version", "liveness"]
 
 
 def allowlist_entry_for_key(raw_key: str) -> AllowlistEntry | None:
@@ -64,6 +64,7 @@ def agent_register(
     reg_version: int,
     started_at: datetime | None = None,
     display_name: str = "",
+    versions: list[str] | None = None,
 ) -> Instance:
     """Register (or re-register) one instance of an agent, enforcing the allowlist and environment rules.
 
@@ -127,6 +128,7 @@ def agent_register(
               before={"url": url, "instance_id": holder.instance_id}, after={"replaced_by": instance_id})
 
     fields = dict(url=url, transport=transport, health_url=health_url, status_url=status_url, weight=weight,
+                  versions=sorted(set(versions or [])),
                   max_concurrency=max_concurrency, max_qps=max_qps, reg_version=reg_version, started_at=started_at,
                   last_heartbeat_at=now, last_seen_at=now, liveness=Liveness.ONLINE, suspect_since=None,
                   deregistered_at=None)
@@ -282,4 +284,99 @@ def capability_version_activate(*, version: CapabilityVersion, actor=None, actor
     audit(action="version.activated", target=version, actor=actor, actor_label=actor_label, before=before,
           after={"state": VersionState.ACTIVE, "canary": version.is_canary})
     transaction.on_commit(lambda: embed_capability_version.delay(version.pk))
+    return version
+
+
+# --- edits by people (object-level rules in registry.permissions) ---------------------------------------------
+
+AGENT_EDITABLE = ("display_name", "description", "status")
+# What a team writes in a capability version; the review workflow owns state, reviewer fields and weights.
+DRAFT_FIELDS = ("description", "action", "domains", "tags", "keywords", "languages", "examples", "negative_cases",
+                "reject_conditions", "input_schema", "output_schema", "idempotent", "timeout_ms", "max_retries",
+                "avg_latency_ms", "p95_latency_ms", "avg_tokens_per_call", "cost_per_call",
+                "price_per_1k_input_tokens", "price_per_1k_output_tokens", "model_name")
+
+
+@transaction.atomic
+def agent_update(*, agent: Agent, actor, **fields) -> Agent:
+    """A member of the owning team (or an admin) changes an agent's description or status."""
+    from registry.permissions import ensure_can_edit_team
+
+    ensure_can_edit_team(actor, agent.team_id, f"agent '{agent.endpoint_id}'")
+    unknown = set(fields) - set(AGENT_EDITABLE)
+    if unknown:
+        raise InvalidInput(f"These agent fields cannot be changed here: {', '.join(sorted(unknown))}.")
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    before = snapshot(agent, list(fields))
+    for key, value in fields.items():
+        setattr(agent, key, value)
+    agent.save()
+    audit(action="agent.changed", target=agent, actor=actor, before=before, after=snapshot(agent, list(fields)))
+    bump_generation()
+    return agent
+
+
+def _next_version_label(capability) -> str:
+    """1.2.0 -> 1.3.0 after the newest version; an unparsable label gets a '.next' suffix."""
+    labels = list(capability.versions.values_list("version", flat=True))
+    newest = capability.versions.order_by("-created_at").values_list("version", flat=True).first() or "0.0.0"
+    parts = newest.split(".")
+    candidate = f"{newest}.next"
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        candidate = f"{parts[0]}.{int(parts[1]) + 1}.0"
+    while candidate in labels:
+        candidate += ".1"
+    return candidate
+
+
+@transaction.atomic
+def capability_version_draft_create(*, capability, actor, version: str = "", base: CapabilityVersion | None = None,
+                                    team_check: bool = True, **fields) -> CapabilityVersion:
+    """A new DRAFT of a capability, copied from ``base`` (default: the ACTIVE stable version) with ``fields``
+    changed. Only the owning team (or an admin) may draft; the draft routes nothing until it is reviewed.
+    ``team_check=False`` is for callers that authorised the actor themselves (a reviewer promoting feedback)."""
+    from registry.permissions import ensure_can_edit_team
+
+    if team_check:
+        ensure_can_edit_team(actor, capability.agent.team_id, f"capability '{capability.name}'")
+    unknown = set(fields) - set(DRAFT_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown or protected version fields: {', '.join(sorted(unknown))}.")
+    base = base or (capability.versions.filter(state=VersionState.ACTIVE, is_canary=False).first()
+                    or capability.versions.order_by("-created_at").first())
+    values = {name: getattr(base, name) for name in DRAFT_FIELDS} if base else {}
+    values.update(fields)
+    if "action" not in values:
+        raise InvalidInput("A first version needs an action.")
+    label = version or _next_version_label(capability)
+    if capability.versions.filter(version=label).exists():
+        raise Conflict(f"{capability.name}@{label} exists already.", code="version_exists")
+    draft = CapabilityVersion.objects.create(capability=capability, version=label, state=VersionState.DRAFT,
+                                             **values)
+    audit(action="version.drafted", target=draft, actor=actor, before=None,
+          after={"state": VersionState.DRAFT, "base": str(base) if base else None, "changed": sorted(fields)})
+    return draft
+
+
+@transaction.atomic
+def capability_version_draft_update(*, version: CapabilityVersion, actor, **fields) -> CapabilityVersion:
+    """Edit a DRAFT (or a REJECTED version, which goes back to DRAFT). Anything further along is immutable:
+    a change to what routes goes through a new version and its review."""
+    from registry.permissions import ensure_can_edit_team
+
+    version = CapabilityVersion.objects.select_for_update().select_related("capability__agent").get(pk=version.pk)
+    ensure_can_edit_team(actor, version.capability.agent.team_id, f"capability '{version.capability.name}'")
+    if version.state not in (VersionState.DRAFT, VersionState.REJECTED):
+        raise Conflict(f"{version} is {version.state}; only drafts can be edited. Create a new version instead.",
+                       code="state_conflict")
+    unknown = set(fields) - set(DRAFT_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown or protected version fields: {', '.join(sorted(unknown))}.")
+    before = snapshot(version, [*fields, "state"])
+    for key, value in fields.items():
+        setattr(version, key, value)
+    version.state = VersionState.DRAFT
+    version.save()
+    audit(action="version.edited", target=version, actor=actor, before=before,
+          after=snapshot(version, [*fields, "state"]))
     return version

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from registry.models import CapabilityVersion
 from routing.models import Task
 
 
@@ -20,6 +21,13 @@ class RoutingFeedback(models.Model):
     source = models.CharField(max_length=20, default="caller")
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    promoted_to = models.ForeignKey(CapabilityVersion, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+", help_text="The draft version this example was promoted into.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "routing feedback"
+        verbose_name_plural = "routing feedback"
 
     def __str__(self) -> str:
         return f"{'right' if self.correct else 'wrong'}: {self.capability or 'none'} for {self.task_id}"
@@ -30,6 +38,8 @@ class ReviewClaim(models.Model):
 
     class Resolution(models.TextChoices):
         ANSWERED = "answered", "Answered by hand"
+        REDISPATCHED = "redispatched", "Re-dispatched to a chosen agent"
+        REPLAYED = "replayed", "Callback replayed"
         REJECTED = "rejected", "Rejected"
 
     task = models.OneToOneField(Task, on_delete=models.CASCADE, related_name="review_claim")
@@ -40,3 +50,14 @@ class ReviewClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} claimed by {self.reviewer}"
+
+
+class ReviewItem(Task):
+    """The manual review queue: a view over routing's tasks that need a person (low score, every candidate
+    failed, dead-lettered callback) plus the claim row above."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "manual review item"
+        verbose_name_plural = "manual review queue"
+        ordering = ["created_at"]

@@ -107,6 +107,17 @@ class TaskAdmin(admin.ModelAdmin):
         return format_html("{}{}{}", head, table, format_html("<p>Filtered out:</p><ul>{}</ul>", out) if filtered
                            else "")
 
+    def get_queryset(self, request):
+        from registry.models import Agent
+        from registry.permissions import sees_all_teams, team_ids
+
+        qs = super().get_queryset(request)
+        if sees_all_teams(request.user):
+            return qs
+        # a team member sees the tasks its own agents served
+        return qs.filter(agent_endpoint__in=Agent.objects.filter(team__in=team_ids(request.user))
+                         .values("endpoint_id"))
+
     def has_add_permission(self, request):
         return False
 

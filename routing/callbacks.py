@@ -103,8 +103,17 @@ def delivery_attempt(delivery_id: int) -> bool:
 
 
 def delivery_dead_letter(delivery_id: int) -> None:
-    CallbackDelivery.objects.filter(pk=delivery_id, status=CallbackDelivery.Status.PENDING).update(
-        status=CallbackDelivery.Status.DEAD, dead_at=timezone.now())
+    """Give up on a delivery; its task joins the manual review queue (a reviewer replays or dismisses it)."""
+    from routing.choices import ReviewReason
+    from routing.models import Task
+    from routing.signals import review_item_opened
+
+    with transaction.atomic():
+        if CallbackDelivery.objects.filter(pk=delivery_id, status=CallbackDelivery.Status.PENDING).update(
+                status=CallbackDelivery.Status.DEAD, dead_at=timezone.now()):
+            task_id = CallbackDelivery.objects.values_list("task_id", flat=True).get(pk=delivery_id)
+            Task.objects.filter(pk=task_id).update(review_reason=ReviewReason.DEAD_LETTER)
+            review_item_opened.send(sender=Task, task_id=task_id)
 
 
 def delivery_replay(delivery: CallbackDelivery) -> None:

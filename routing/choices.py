@@ -39,3 +39,11 @@ class AttemptOutcome(models.TextChoices):
 class Mode(models.TextChoices):
     SYNC = "sync", "Synchronous"
     ASYNC = "async", "Asynchronous"
+
+
+class ReviewReason(models.TextChoices):
+    """Why a task waits for a person (BRIEF §5: low score, every candidate failed, callback dead-lettered)."""
+
+    LOW_SCORE = "low_score", "Scored below the confirm band"
+    ALL_FAILED = "all_failed", "Every candidate failed"
+    DEAD_LETTER = "dead_letter", "Callback dead-lettered"

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from registry.models import CapabilityVersion, Instance
-from routing.choices import AttemptOutcome, Mode, TaskStatus
+from routing.choices import AttemptOutcome, Mode, ReviewReason, TaskStatus
 
 
 class Task(models.Model):
@@ -40,6 +40,8 @@ class Task(models.Model):
     trace_id = models.CharField(max_length=64, blank=True, db_index=True)
     parent_request_id = models.CharField(max_length=100, blank=True)
     options = models.JSONField(default=dict, blank=True, help_text="Routing options kept for async execution.")
+    review_reason = models.CharField(max_length=16, choices=ReviewReason.choices, blank=True, db_index=True,
+                                     help_text="Why the task is (or was) in the manual review queue.")
     claimed_at = models.DateTimeField(null=True, blank=True, help_text="When a worker took an async task.")
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -29,8 +29,9 @@ from reach_platform.errors import (
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
 from routing import capacity, gateway, resolver, snapshot
 from routing.callbacks import check_callback_url, outbox_enqueue
-from routing.choices import SETTLED, TERMINAL, Decision, TaskStatus
+from routing.choices import SETTLED, TERMINAL, Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
+from routing.signals import attempts_recorded, review_item_opened
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
                 request_id: str | None = None, mode: str = "sync", callback_url: str = "", top_k: int | None = None,
                 user_key: str = "", confirm: str | None = None, action: str | None = None,
                 domains: list[str] | None = None, cost_preference: float = 0.0,
-                headers: InvokeHeaders | None = None) -> Task:
+                headers: InvokeHeaders | None = None, redispatch_of: str = "") -> Task:
     headers = headers or InvokeHeaders()
     if headers.depth >= _reach("MAX_DEPTH"):
         raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
@@ -100,7 +101,8 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
                 parent_request_id=headers.parent_request_id,
                 deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
                 options={"action": action, "domains": domains, "cost_preference": cost_preference,
-                         "traceparent": headers.traceparent})
+                         "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of}
+                                                                 if redispatch_of else {})})
             TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
             if mode == "async":
                 from routing.tasks import execute_task
@@ -215,6 +217,8 @@ def task_agent_report(*, task: Task, status: str, result=None, error: str = "", 
         TaskEvent.objects.bulk_create(timeline.events)
         if target in TERMINAL:
             outbox_enqueue(locked)
+            if (locked.options or {}).get("redispatch_of"):
+                transaction.on_commit(lambda: _settle_origin(locked))
     return locked
 
 
@@ -266,21 +270,61 @@ def sessions_close_idle(*, now=None) -> int:
         closed_at=now, close_reason="idle")
 
 
-def task_resolve_by_hand(*, task: Task, status: str, result=None, error: dict | None = None, actor=None) -> Task:
-    """A reviewer settles a task waiting in MANUAL_REVIEW (answer or reject); its callback fires."""
+# States a person may settle from: waiting for review, or failed on every candidate.
+RESOLVABLE = (TaskStatus.MANUAL_REVIEW, TaskStatus.FAILED)
+
+
+def task_resolve_by_hand(*, task: Task, status: str, result=None, error: dict | None = None, actor=None,
+                         via: str = "") -> Task:
+    """Settle a task from the review queue (an answer, a rejection or a re-dispatched task's outcome): the
+    caller's task completes with it and its callback fires."""
     with transaction.atomic():
         locked = Task.objects.select_for_update().get(pk=task.pk)
-        if locked.status != TaskStatus.MANUAL_REVIEW:
+        if locked.status not in RESOLVABLE:
             raise Conflict(f"Task {locked.request_id} is {locked.status}, not waiting for review.",
                            code="state_conflict")
         timeline = Timeline(locked)
-        timeline.move(status, resolved_by=getattr(actor, "username", "reviewer"))
+        detail = {"resolved_by": getattr(actor, "username", None) or "reviewer"}
+        if via:
+            detail["via"] = via
+        timeline.move(status, **detail)
         locked.result = result
         locked.error = error
         locked.save()
         TaskEvent.objects.bulk_create(timeline.events)
         outbox_enqueue(locked)
     return locked
+
+
+def task_redispatch(*, task: Task, capability: str, actor=None) -> Task:
+    """Send a queued task's request to a capability a person chose: a normal async task, linked by
+    ``parent_request_id``; when it ends, the original task ends with its outcome (see _settle_origin)."""
+    from registry.models import Capability
+
+    if task.status not in RESOLVABLE:
+        raise Conflict(f"Task {task.request_id} is {task.status}, not waiting for review.", code="state_conflict")
+    if not Capability.objects.filter(name=capability).exists():
+        raise InvalidInput(f"Unknown capability '{capability}'.", code="unknown_capability")
+    n = Task.objects.filter(parent_request_id=task.request_id, options__redispatch_of=task.request_id).count() + 1
+    child = task_invoke(caller=task.caller, payload=task.payload, task=task.task_text or None, capability=capability,
+                        request_id=f"{task.request_id[:90]}.r{n}", mode="async",
+                        headers=InvokeHeaders(parent_request_id=task.request_id, trace_id=task.trace_id),
+                        redispatch_of=task.request_id)
+    TaskEvent.objects.create(task=task, at=timezone.now(), from_status=task.status, to_status=task.status,
+                             detail={"redispatched_to": capability, "request_id": child.request_id,
+                                     "by": getattr(actor, "username", None) or "reviewer"})
+    return child
+
+
+def _settle_origin(row: Task) -> None:
+    """A re-dispatched task ended: its original task ends with the same outcome (once)."""
+    origin = Task.objects.filter(request_id=row.options["redispatch_of"]).first()
+    if origin is None or origin.status not in RESOLVABLE:
+        return
+    try:
+        task_resolve_by_hand(task=origin, status=row.status, result=row.result, error=row.error, via=row.request_id)
+    except Conflict:  # settled concurrently
+        pass
 
 
 def tasks_reap(*, now=None) -> int:
@@ -331,6 +375,7 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         if resolution.decision == Decision.MANUAL_REVIEW:
             timeline.move(TaskStatus.MANUAL_REVIEW, score=row.decision["score"],
                           reason=row.decision["reasons"][0] if row.decision["reasons"] else "")
+            row.review_reason = ReviewReason.LOW_SCORE
             return _finish(row, timeline)
         # loop guard: an agent already on the call path may not be called again (A -> B -> A)
         path = set(row.call_path)
@@ -382,6 +427,7 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
             row.result = execution.result
             return _finish(row, timeline, TaskStatus.SUCCEEDED, attempts=execution.attempts,
                            fallback=execution.fallback)
+        row.review_reason = ReviewReason.ALL_FAILED  # every candidate failed: a person may still answer it
         return _finish(row, timeline, TaskStatus.FAILED, error=execution.error, attempts=execution.attempts)
     finally:
         capacity.release(caller_key)
@@ -429,6 +475,13 @@ def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: 
                     status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
                     usage=a.usage) for a in attempts])
         cost_entries_record(entries=_cost_entries(row, attempts))
+        if attempts:
+            version_ids = {a.version_id for a in attempts}
+            transaction.on_commit(lambda: attempts_recorded.send(sender=Task, version_ids=version_ids))
+        if row.review_reason and row.status in (TaskStatus.MANUAL_REVIEW, TaskStatus.FAILED):
+            transaction.on_commit(lambda: review_item_opened.send(sender=Task, task_id=row.pk))
+        if row.status in TERMINAL and (row.options or {}).get("redispatch_of"):
+            transaction.on_commit(lambda: _settle_origin(row))
     INVOKES.labels(outcome=row.status, agent=row.agent_endpoint or "-").inc()
     logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
                                           "status": row.status, "decision": row.decision.get("decision"),

@@ -33,6 +33,7 @@ class InstanceInfo:
     max_concurrency: int
     max_qps: float
     liveness: str
+    versions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -125,11 +126,12 @@ def _build(generation: str) -> Snapshot:
     for i in Instance.objects.filter(deregistered_at__isnull=True, liveness__in=ROUTABLE_LIVENESS):
         by_agent.setdefault(i.agent_id, []).append(InstanceInfo(
             id=i.pk, instance_id=i.instance_id, url=i.url, transport=i.transport, status_url=i.status_url,
-            weight=i.weight, max_concurrency=i.max_concurrency, max_qps=i.max_qps, liveness=i.liveness))
+            weight=i.weight, max_concurrency=i.max_concurrency, max_qps=i.max_qps, liveness=i.liveness, versions=tuple(i.versions)))
     by_capability: dict[str, list[VersionInfo]] = {}
     keyword_index: dict[str, set[int]] = {}
     for info in versions.values():
-        info.instances = by_agent.get(info.agent_id, [])
+        # an instance that names the versions it serves takes only their traffic (a canary on its own copies)
+        info.instances = [i for i in by_agent.get(info.agent_id, []) if not i.versions or info.version in i.versions]
         by_capability.setdefault(info.capability, []).append(info)
         for kw in set(info.keywords) | set(info.tags):
             keyword_index.setdefault(kw, set()).add(info.id)

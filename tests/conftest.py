@@ -35,14 +35,12 @@ def environments(request):
     transactional = (marker is not None and marker.kwargs.get("transaction")) or names & {"transactional_db",
                                                                                           "live_server"}
     request.getfixturevalue("transactional_db" if transactional else "db")
-    from django.contrib.auth.models import Group
-
     from registry.models import Environment
+    from reviews.roles import ensure_roles
 
     for name in ("dev", "staging", "prod"):
         Environment.objects.get_or_create(name=name)
-    for name in ("agent team member", "reviewer", "finance", "admin"):  # made by data migrations, flushed likewise
-        Group.objects.get_or_create(name=name)
+    ensure_roles()  # the role groups are made by data migrations, flushed likewise
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,9 @@ class RegisterInput(serializers.Serializer):
     reg_version = serializers.IntegerField(min_value=0)
     started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     display_name = serializers.CharField(max_length=200, required=False, default="")
+    versions = serializers.ListField(child=serializers.CharField(max_length=40), required=False, default=list,
+                                     max_length=50, help_text="Capability versions this instance serves "
+                                                              "(default: all).")
 
 
 class HeartbeatInput(serializers.Serializer):
@@ -38,7 +41,7 @@ class InstanceOutput(serializers.ModelSerializer):
     class Meta:
         model = Instance
         fields = ["id", "agent", "instance_id", "url", "transport", "health_url", "status_url", "weight",
-                  "max_concurrency", "max_qps", "reg_version", "started_at", "last_heartbeat_at", "liveness",
+                  "max_concurrency", "max_qps", "versions", "reg_version", "started_at", "last_heartbeat_at", "liveness",
                   "in_flight", "load", "deregistered_at"]
 
 
@@ -60,3 +63,43 @@ class CapabilityVersionOutput(serializers.ModelSerializer):
     class Meta:
         model = CapabilityVersion
         exclude = ["source_digest", "submitted_by", "reviewed_by"]
+
+
+class AgentUpdateInput(serializers.Serializer):
+    display_name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    status = serializers.ChoiceField(choices=["active", "disabled"], required=False)
+
+
+class DraftFields(serializers.Serializer):
+    """What a team writes in a capability version (all optional: a draft copies the active version)."""
+
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    action = serializers.CharField(required=False, max_length=40)
+    domains = serializers.ListField(child=serializers.CharField(max_length=60), required=False, max_length=50)
+    tags = serializers.ListField(child=serializers.CharField(max_length=60), required=False, max_length=50)
+    keywords = serializers.ListField(child=serializers.CharField(max_length=100), required=False, max_length=200)
+    languages = serializers.ListField(child=serializers.CharField(max_length=10), required=False, max_length=20)
+    examples = serializers.ListField(child=serializers.CharField(max_length=2000), required=False, max_length=1000)
+    negative_cases = serializers.ListField(child=serializers.CharField(max_length=2000), required=False,
+                                           max_length=1000)
+    reject_conditions = serializers.ListField(child=serializers.DictField(), required=False, max_length=50)
+    input_schema = serializers.DictField(required=False)
+    output_schema = serializers.DictField(required=False)
+    idempotent = serializers.BooleanField(required=False)
+    timeout_ms = serializers.IntegerField(required=False, min_value=1, max_value=3_600_000)
+    max_retries = serializers.IntegerField(required=False, min_value=0, max_value=10)
+    avg_latency_ms = serializers.FloatField(required=False, min_value=0)
+    p95_latency_ms = serializers.FloatField(required=False, min_value=0)
+    avg_tokens_per_call = serializers.IntegerField(required=False, min_value=0)
+    cost_per_call = serializers.DecimalField(required=False, max_digits=12, decimal_places=6, min_value=0)
+    price_per_1k_input_tokens = serializers.DecimalField(required=False, max_digits=12, decimal_places=6,
+                                                         min_value=0)
+    price_per_1k_output_tokens = serializers.DecimalField(required=False, max_digits=12, decimal_places=6,
+                                                          min_value=0)
+    model_name = serializers.CharField(required=False, allow_blank=True, max_length=120)
+
+
+class DraftCreateInput(DraftFields):
+    capability = serializers.CharField(max_length=120)
+    version = serializers.CharField(max_length=40, required=False, default="")

@@ -5,11 +5,15 @@ from rest_framework import viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from reach_platform.errors import NotFound
 from registry import selectors, services
 from registry.api.serializers import (
     AgentOutput,
+    AgentUpdateInput,
     CapabilityVersionOutput,
     DeregisterInput,
+    DraftCreateInput,
+    DraftFields,
     HeartbeatInput,
     InstanceOutput,
     RegisterInput,
@@ -58,6 +62,14 @@ class AgentViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return selectors.agent_list()
 
+    @extend_schema(request=AgentUpdateInput, responses={200: AgentOutput})
+    def partial_update(self, request, endpoint_id=None):
+        """Change an agent's display name, description or status (its own team or an admin only)."""
+        data = AgentUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent = services.agent_update(agent=self.get_object(), actor=request.user, **data.validated_data)
+        return Response(AgentOutput(selectors.agent_list().get(pk=agent.pk)).data)
+
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = InstanceOutput
@@ -73,3 +85,27 @@ class CapabilityVersionViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return selectors.capability_version_list()
+
+    @extend_schema(request=DraftCreateInput, responses={201: CapabilityVersionOutput})
+    def create(self, request):
+        """Draft a new version of a capability (copied from its active version, with the fields given)."""
+        from registry.models import Capability
+
+        data = DraftCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        name = fields.pop("capability")
+        capability = Capability.objects.select_related("agent").filter(name=name).first()
+        if capability is None:
+            raise NotFound(f"No capability '{name}'.")
+        draft = services.capability_version_draft_create(capability=capability, actor=request.user, **fields)
+        return Response(CapabilityVersionOutput(draft).data, status=201)
+
+    @extend_schema(request=DraftFields, responses={200: CapabilityVersionOutput})
+    def partial_update(self, request, pk=None):
+        """Edit a draft (its own team only; anything past DRAFT is immutable)."""
+        data = DraftFields(data=request.data)
+        data.is_valid(raise_exception=True)
+        version = services.capability_version_draft_update(version=self.get_object(), actor=request.user,
+                                                           **data.validated_data)
+        return Response(CapabilityVersionOutput(version).data)

@@ -71,6 +71,24 @@ class FeedbackView(APIView):
                         status=201)
 
 
+class QueueFilter(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["open", "waiting", "claimed", "resolved", "all"], required=False,
+                                     default="open")
+    reason = serializers.ChoiceField(choices=["low_score", "all_failed", "dead_letter"], required=False)
+    capability_guess = serializers.CharField(required=False, max_length=120)
+    older_than = serializers.ChoiceField(choices=["1h", "24h", "7d"], required=False)
+    newer_than = serializers.ChoiceField(choices=["1h", "24h", "7d"], required=False)
+
+
+class RedispatchInput(serializers.Serializer):
+    capability = serializers.CharField(max_length=120)
+
+
+class PromoteFeedbackInput(serializers.Serializer):
+    capability = serializers.CharField(max_length=120)
+    feedback_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
+
+
 class AnswerInput(serializers.Serializer):
     answer = serializers.JSONField()
 
@@ -89,15 +107,22 @@ def _waiting(request_id: str):
 
 
 class QueueListView(APIView):
-    """Items waiting for a reviewer, oldest first."""
+    """Items waiting for a person, oldest first. Filters: status (open, waiting, claimed, resolved, all), reason
+    (low_score, all_failed, dead_letter), capability_guess, older_than / newer_than (1h, 24h, 7d)."""
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(parameters=[QueueFilter], responses={200: dict})
     def get(self, request):
-        from routing.models import Task
+        from reviews.selectors import queue_items
 
-        items = (Task.objects.filter(status="manual_review").order_by("created_at")
-                 .values("request_id", "task_text", "created_at", "decision__score")[:200])
-        return Response({"count": len(items), "results": list(items)})
+        params = QueueFilter(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        qs = queue_items(**{k: v for k, v in params.validated_data.items() if v})
+        items = [{"request_id": t.request_id, "reason": t.review_reason, "status": t.status,
+                  "task_text": t.task_text, "capability_guess": t.capability_guess,
+                  "score": (t.decision or {}).get("score"), "created_at": t.created_at,
+                  "claimed_by": t.review_claim.reviewer.get_username() if t.claimed or t.resolved else None,
+                  "resolution": t.review_claim.resolution if t.resolved else None} for t in qs[:200]]
+        return Response({"count": qs.count(), "results": items})
 
 
 class ClaimView(APIView):
@@ -123,3 +148,90 @@ class QueueRejectView(APIView):
         data.is_valid(raise_exception=True)
         task = services.queue_reject(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
         return Response({"request_id": task.request_id, "status": task.status})
+
+
+class RedispatchView(APIView):
+    @extend_schema(request=RedispatchInput, responses={202: dict})
+    def post(self, request, request_id: str):
+        data = RedispatchInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        child = services.queue_redispatch(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
+        return Response({"request_id": request_id, "redispatched_as": child.request_id, "status": child.status},
+                        status=202)
+
+
+class ReplayView(APIView):
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request, request_id: str):
+        replayed = services.queue_replay(task=_waiting(request_id), reviewer=request.user)
+        return Response({"request_id": request_id, "replayed": replayed})
+
+
+class ReleaseView(APIView):
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request, request_id: str):
+        services.queue_release(task=_waiting(request_id), reviewer=request.user)
+        return Response({"request_id": request_id, "released": True})
+
+
+class PromoteCanaryView(APIView):
+    @extend_schema(request=None, responses={200: CapabilityVersionOutput})
+    def post(self, request, pk: int):
+        version = services.capability_version_promote(version=_version(pk), actor=request.user)
+        return Response(CapabilityVersionOutput(version).data)
+
+
+class RollbackCanaryView(APIView):
+    @extend_schema(request=ReasonInput, responses={200: CapabilityVersionOutput})
+    def post(self, request, pk: int):
+        data = ReasonInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        version = services.capability_version_rollback(version=_version(pk), actor=request.user,
+                                                       reason=data.validated_data["reason"])
+        return Response(CapabilityVersionOutput(version).data)
+
+
+class CanaryStatsView(APIView):
+    @extend_schema(responses={200: dict})
+    def get(self, request, pk: int):
+        version = _version(pk)
+        stats = services.canary_compare(version)
+        return Response({**stats, "verdict": services.canary_verdict(stats) if version.is_canary else None})
+
+
+class FeedbackListView(APIView):
+    """Labelled routing examples (reviewers only); filter by capability, correct, promoted (true/false)."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        from reach_platform.errors import PermissionDenied
+        from registry.permissions import is_reviewer
+        from reviews.models import RoutingFeedback
+
+        if not is_reviewer(request.user):
+            raise PermissionDenied("Only reviewers may read routing feedback.", code="not_a_reviewer")
+        qs = RoutingFeedback.objects.all()
+        if request.query_params.get("capability"):
+            qs = qs.filter(capability=request.query_params["capability"])
+        if request.query_params.get("correct") in ("true", "false"):
+            qs = qs.filter(correct=request.query_params["correct"] == "true")
+        if request.query_params.get("promoted") in ("true", "false"):
+            qs = qs.filter(promoted_to__isnull=request.query_params["promoted"] == "false")
+        rows = list(qs.values("id", "task__request_id", "request_text", "capability", "correct", "comment",
+                              "source", "promoted_to_id", "created_at")[:500])
+        return Response({"count": qs.count(), "results": rows})
+
+
+class FeedbackPromoteView(APIView):
+    @extend_schema(request=PromoteFeedbackInput, responses={201: CapabilityVersionOutput})
+    def post(self, request):
+        from registry.models import Capability
+
+        data = PromoteFeedbackInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        capability = Capability.objects.select_related("agent").filter(name=data.validated_data["capability"]).first()
+        if capability is None:
+            raise NotFound(f"No capability '{data.validated_data['capability']}'.")
+        draft = services.feedback_promote(capability=capability, feedback_ids=data.validated_data["feedback_ids"],
+                                          actor=request.user)
+        return Response(CapabilityVersionOutput(draft).data, status=201)

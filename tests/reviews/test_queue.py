@@ -27,7 +27,7 @@ def as_user(user) -> APIClient:
 
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_claims_exactly_one_wins(django_user_model, user):
-    Task.objects.create(request_id="q-race", caller=user, task_text="something odd", status="manual_review")
+    Task.objects.create(request_id="q-race", caller=user, task_text="something odd", status="manual_review", review_reason="low_score")
     people = [reviewer(django_user_model, f"rev{i}") for i in range(2)]
     statuses = []
     barrier = threading.Barrier(2)
@@ -48,7 +48,7 @@ def test_two_concurrent_claims_exactly_one_wins(django_user_model, user):
 def test_answer_by_hand_completes_the_callers_task_and_fires_its_callback(django_user_model, user,
                                                                          django_capture_on_commit_callbacks):
     Task.objects.create(request_id="q-1", caller=user, task_text="what is the meaning of this invoice",
-                        status="manual_review", callback_url="http://127.0.0.1:9/hook")
+                        status="manual_review", review_reason="low_score", callback_url="http://127.0.0.1:9/hook")
     rev, other = reviewer(django_user_model, "rev"), reviewer(django_user_model, "other")
     assert as_user(rev).get("/api/v1/review-queue").json()["results"][0]["request_id"] == "q-1"
     # answering needs the claim
@@ -70,7 +70,7 @@ def test_answer_by_hand_completes_the_callers_task_and_fires_its_callback(django
 
 @pytest.mark.django_db
 def test_reject_needs_a_reason_and_fails_the_task(django_user_model, user):
-    Task.objects.create(request_id="q-2", caller=user, task_text="nonsense", status="manual_review")
+    Task.objects.create(request_id="q-2", caller=user, task_text="nonsense", status="manual_review", review_reason="low_score")
     rev = reviewer(django_user_model, "rev")
     as_user(rev).post("/api/v1/review-queue/q-2/claim")
     assert as_user(rev).post("/api/v1/review-queue/q-2/reject", {"reason": ""}, format="json").status_code == 400
@@ -78,5 +78,5 @@ def test_reject_needs_a_reason_and_fails_the_task(django_user_model, user):
     assert r.json()["status"] == "failed"
     assert Task.objects.get(request_id="q-2").error["code"] == "rejected_by_review"
     # a non-reviewer cannot claim
-    Task.objects.create(request_id="q-3", caller=user, task_text="x", status="manual_review")
+    Task.objects.create(request_id="q-3", caller=user, task_text="x", status="manual_review", review_reason="low_score")
     assert as_user(user).post("/api/v1/review-queue/q-3/claim").status_code == 403

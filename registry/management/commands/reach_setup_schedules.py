@@ -12,6 +12,7 @@ PLATFORM_SCHEDULES = {
     "reach: reap stuck tasks": ("routing.tasks.reap_stuck_tasks", 30),
     "reach: poll async agents": ("routing.tasks.poll_async_tasks", 5),
     "reach: close idle sessions": ("routing.tasks.close_idle_sessions", 60),
+    "reach: canary watch": ("reviews.tasks.canaries_evaluate", 30),
 }
 
 

@@ -1,0 +1,41 @@
+"""What reviews does when routing reports: watch canaries, reopen queue items."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+# at most one canary evaluation per version per this many milliseconds, across processes
+EVALUATE_EVERY_MS = 1000
+
+
+def on_attempts_recorded(sender, version_ids, **kwargs) -> None:
+    """After attempts on a canary, compare it with its stable version (throttled; beat sweeps too)."""
+    from registry.generation import redis_client
+    from reviews.services import canary_evaluate
+    from routing import snapshot
+
+    versions = snapshot.current().versions
+    for vid in version_ids:
+        info = versions.get(vid)
+        if info is None or not info.is_canary:
+            continue
+        if redis_client().set(f"reach:canary-check:{vid}", 1, nx=True, px=EVALUATE_EVERY_MS):
+            try:
+                canary_evaluate(vid)
+            except Exception:  # never fail the caller's request over the canary watch
+                logger.exception("canary evaluation failed", extra={"version_id": vid})
+
+
+def on_review_item_opened(sender, task_id, **kwargs) -> None:
+    from reviews.services import queue_reopen
+
+    queue_reopen(task_id)
+
+
+def connect() -> None:
+    from routing.signals import attempts_recorded, review_item_opened
+
+    attempts_recorded.connect(on_attempts_recorded, dispatch_uid="reach-canary-watch")
+    review_item_opened.connect(on_review_item_opened, dispatch_uid="reach-review-reopen")

@@ -104,6 +104,7 @@ def database_from_url(url: str) -> dict:
     }
 
 
+EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 DATABASE_URL = os.environ.get("DATABASE_URL") or local_services.embedded_postgres_url()
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 # Test runs point separate processes (Celery workers, the served gateway) at the test database by name.
@@ -221,6 +222,11 @@ REACH = {
     # Canary releases: a canary is compared with its capability's stable version over the attempts since it went
     # live; with at least CANARY_MIN_SAMPLE attempts it is rolled back when its success rate is lower by more than
     # CANARY_SUCCESS_MARGIN, or its p95 latency higher by more than CANARY_LATENCY_MARGIN (a ratio).
+    # Whether PostgreSQL computes vector similarity (pgvector operators and HNSW indexes): "on", "off" or "auto".
+    # The embedded server's pgvector build executes AVX-512 instructions in its distance and index code and
+    # crashes (SIGILL) on CPUs without them, so "auto" turns it off there: vectors are still stored in pgvector
+    # columns, and the similarities are computed in-process with numpy over the same stored vectors.
+    "PGVECTOR_COMPUTE": os.environ.get("REACH_PGVECTOR_COMPUTE", "auto"),
     "CANARY_MIN_SAMPLE": int(env_float("REACH_CANARY_MIN_SAMPLE", 20)),
     "CANARY_SUCCESS_MARGIN": env_float("REACH_CANARY_SUCCESS_MARGIN", 0.05),
     "CANARY_LATENCY_MARGIN": env_float("REACH_CANARY_LATENCY_MARGIN", 0.5),

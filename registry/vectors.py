@@ -16,20 +16,84 @@ KNOWN_DIMS = (384, 512, 768)
 _indexed_dims: set[int] = set()
 
 
+def _cpu_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+def pgvector_compute_enabled() -> bool:
+    """Whether PostgreSQL computes similarities and builds HNSW indexes (settings.REACH["PGVECTOR_COMPUTE"]);
+    "auto" turns it off on the embedded server when the CPU lacks AVX-512, where its pgvector build crashes."""
+    from django.conf import settings
+
+    choice = settings.REACH.get("PGVECTOR_COMPUTE", "auto")
+    if choice in ("on", "off"):
+        return choice == "on"
+    return not settings.EMBEDDED_POSTGRES or _cpu_has_avx512()
+
+
+ann_index_enabled = pgvector_compute_enabled
+
+
+class VectorCache:
+    """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity when
+    PostgreSQL does not compute it. A version's vectors never change for an embedder; least recently used
+    versions are dropped past ``max_versions``."""
+
+    def __init__(self, kinds: tuple[str, ...], max_versions: int = 5000):
+        from collections import OrderedDict
+
+        self.kinds = kinds
+        self.max_versions = max_versions
+        self._rows: OrderedDict[tuple[int, str], dict[str, np.ndarray]] = OrderedDict()
+
+    def get(self, version_ids: list[int], embedder: str) -> dict[int, dict[str, np.ndarray]]:
+        from registry.models import CapabilityVector
+
+        missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
+        if missing:
+            grouped: dict[int, dict[str, list]] = {vid: {} for vid in missing}
+            for vid, kind, emb in CapabilityVector.objects.filter(
+                    version_id__in=missing, embedder=embedder, kind__in=self.kinds).values_list(
+                    "version_id", "kind", "embedding"):
+                grouped[vid].setdefault(kind, []).append(np.asarray(emb, dtype=np.float32))
+            for vid, kinds in grouped.items():
+                mats = {}
+                for kind, rows in kinds.items():
+                    mat = np.stack(rows)
+                    mats[kind] = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
+                self._rows[(vid, embedder)] = mats
+        out = {}
+        for vid in version_ids:
+            self._rows.move_to_end((vid, embedder))
+            out[vid] = self._rows[(vid, embedder)]
+        while len(self._rows) > self.max_versions:
+            self._rows.popitem(last=False)
+        return out
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+
+def create_hnsw_index_sql(dim: int) -> str:
+    return (f"CREATE INDEX IF NOT EXISTS registry_capvec_hnsw_{int(dim)} ON registry_capabilityvector "
+            f"USING hnsw ((embedding::vector({int(dim)})) vector_cosine_ops) WHERE dim = {int(dim)}")
+
+
 def ensure_hnsw_index(dim: int) -> None:
     """Create the partial HNSW index for ``dim`` unless it exists (migrations create 384/512/768)."""
     dim = int(dim)
-    if dim in _indexed_dims:
+    if dim in _indexed_dims or not ann_index_enabled():
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [f"registry_capvec_hnsw_{dim}"])
         if cursor.fetchone():
             _indexed_dims.add(dim)
             return
-        cursor.execute(
-            f"CREATE INDEX IF NOT EXISTS registry_capvec_hnsw_{dim} ON registry_capabilityvector "
-            f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) WHERE dim = {dim}"
-        )
+        cursor.execute(create_hnsw_index_sql(dim))
     _indexed_dims.add(dim)
 
 
@@ -39,8 +103,11 @@ def vector_literal(vector: np.ndarray) -> str:
 
 def nearest_versions(*, query: np.ndarray, embedder: str, kind: str = "centroid", limit: int = 10,
                      active_only: bool = True) -> list[tuple[int, float]]:
-    """(version_id, cosine similarity) of the nearest vectors of ``kind``, best first, through the HNSW index."""
+    """(version_id, cosine similarity) of the nearest vectors of ``kind``, best first: pgvector through the HNSW
+    index, or an exact scan in numpy where PostgreSQL does not compute similarity."""
     dim = int(query.shape[0])
+    if not pgvector_compute_enabled():
+        return _nearest_in_process(query=query, embedder=embedder, kind=kind, limit=limit, active_only=active_only)
     state_join = (" JOIN registry_capabilityversion v ON v.id = cv.version_id AND v.state = 'active'"
                   if active_only else "")
     sql = (
@@ -53,3 +120,19 @@ def nearest_versions(*, query: np.ndarray, embedder: str, kind: str = "centroid"
     with connection.cursor() as cursor:
         cursor.execute(sql, [literal, dim, embedder, kind, literal, limit])
         return [(row[0], float(row[1])) for row in cursor.fetchall()]
+
+
+def _nearest_in_process(*, query: np.ndarray, embedder: str, kind: str, limit: int,
+                        active_only: bool) -> list[tuple[int, float]]:
+    from registry.models import CapabilityVector
+
+    qs = CapabilityVector.objects.filter(embedder=embedder, kind=kind, dim=int(query.shape[0]))
+    if active_only:
+        qs = qs.filter(version__state="active")
+    rows = list(qs.values_list("version_id", "embedding"))
+    if not rows:
+        return []
+    mat = np.stack([np.asarray(e, dtype=np.float32) for _, e in rows])
+    sims = (mat @ query) / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(query), 1e-12)
+    order = np.argsort(-sims)[:limit]
+    return [(rows[i][0], float(sims[i])) for i in order]

@@ -27,7 +27,7 @@ from django.db import connection
 
 from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
-from registry.vectors import vector_literal
+from registry.vectors import pgvector_compute_enabled, vector_literal
 from routing import breaker, capacity, snapshot
 from routing.calibration import families
 from routing.choices import Decision
@@ -129,15 +129,23 @@ def family_margins(ranking: np.ndarray, centroids: np.ndarray) -> np.ndarray:
 
 def negative_and_example_similarity(version_ids: list[int], query: np.ndarray,
                                     embedder: str) -> dict[int, tuple[float, float]]:
-    """(best example cosine, best negative-case cosine) per version, computed by pgvector over the stored vectors
-    in one aggregate query: no vector leaves the database."""
+    """(best example cosine, best negative-case cosine) per version over the stored vectors: by pgvector in one
+    aggregate query (no vector leaves the database), or in-process over cached copies of the same vectors where
+    PostgreSQL does not compute similarity (registry.vectors.pgvector_compute_enabled)."""
     if not version_ids:
         return {}
+    out: dict[int, list[float]] = {vid: [-1.0, -1.0] for vid in version_ids}
+    if not pgvector_compute_enabled():
+        q = query / max(float(np.linalg.norm(query)), 1e-12)
+        for vid, mats in snapshot.TEXT_VECTORS.get(version_ids, embedder).items():
+            for kind, mat in mats.items():
+                if mat.shape[1] == q.shape[0]:
+                    out[vid][0 if kind == "example" else 1] = float((mat @ q).max())
+        return {vid: (ex, neg) for vid, (ex, neg) in out.items()}
     dim = len(query)
     sql = (f"SELECT version_id, kind, MAX(1 - (embedding::vector({dim}) <=> %s::vector({dim}))) "
            "FROM registry_capabilityvector WHERE version_id = ANY(%s) AND embedder = %s AND dim = %s "
            "AND kind IN ('example', 'negative') GROUP BY version_id, kind")
-    out: dict[int, list[float]] = {vid: [-1.0, -1.0] for vid in version_ids}
     with connection.cursor() as cursor:
         cursor.execute(sql, [vector_literal(query), version_ids, embedder, dim])
         for vid, kind, sim in cursor.fetchall():

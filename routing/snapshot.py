@@ -20,6 +20,7 @@ from django.conf import settings
 from registry.choices import ROUTABLE_LIVENESS, VectorKind, VersionState
 from registry.generation import GENERATION_KEY, bump_generation, redis_client  # noqa: F401
 from registry.models import CapabilityVector, CapabilityVersion, Instance
+from registry.vectors import VectorCache
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Snapshot:
 _lock = threading.Lock()
 _snapshot: Snapshot | None = None
 _centroids: dict[tuple[int, str], np.ndarray] = {}
+# example and negative-case vectors, for in-process similarity where PostgreSQL does not compute it
+TEXT_VECTORS = VectorCache(kinds=(VectorKind.EXAMPLE, VectorKind.NEGATIVE))
 
 
 def _generation() -> str:
@@ -167,4 +170,5 @@ def clear_caches() -> None:
     global _snapshot
     _snapshot = None
     _centroids.clear()
+    TEXT_VECTORS.clear()
 

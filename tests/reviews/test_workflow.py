@@ -3,35 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group
-from django.core.management import call_command
-from rest_framework.test import APIClient
 
 from registry.choices import VersionState
-from registry.models import AuditLog, CapabilityVersion, Team
+from registry.models import AuditLog, CapabilityVersion
+from tests.reviews.conftest import as_user
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def people(django_user_model):
-    call_command("reach_import", "examples/descriptors", verbosity=0)
-    member = django_user_model.objects.create_user("member")
-    Team.objects.get(slug="commerce").members.add(member)
-    reviewer = django_user_model.objects.create_user("reviewer")
-    reviewer.groups.add(Group.objects.get(name="reviewer"))
-    own_reviewer = django_user_model.objects.create_user("own-reviewer")
-    own_reviewer.groups.add(Group.objects.get(name="reviewer"))
-    Team.objects.get(slug="commerce").members.add(own_reviewer)
-    outsider = django_user_model.objects.create_user("outsider")
-    Team.objects.get(slug="platform").members.add(outsider)
-    return {"member": member, "reviewer": reviewer, "own_reviewer": own_reviewer, "outsider": outsider}
-
-
-def as_user(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def order_version() -> CapabilityVersion:

@@ -1,0 +1,97 @@
+"""Roles: a team member edits its own team's agents and drafts only, through the API and the admin alike."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from registry.choices import VersionState
+from registry.models import Agent, AuditLog, CapabilityVersion
+from tests.reviews.conftest import as_user
+
+pytestmark = pytest.mark.django_db
+
+
+def admin_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_member_edits_own_agent_but_not_another_teams_via_api(people):
+    member = as_user(people["member"])
+    r = member.patch("/api/v1/agents/order-agent/", {"description": "orders, shipments"}, format="json")
+    assert r.status_code == 200 and r.json()["description"] == "orders, shipments"
+    assert AuditLog.objects.filter(action="agent.changed", actor=people["member"]).exists()
+    r = member.patch("/api/v1/agents/notify-agent/", {"description": "hijacked"}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "not_your_team"
+    assert Agent.objects.get(endpoint_id="notify-agent").description != "hijacked"
+    # bad input is a 4xx with a message
+    r = member.patch("/api/v1/agents/order-agent/", {"status": "exploded"}, format="json")
+    assert r.status_code == 400
+
+
+def test_member_edits_own_agent_but_not_another_teams_via_admin(people):
+    client = admin_client(people["member"])
+    own = Agent.objects.get(endpoint_id="order-agent")
+    other = Agent.objects.get(endpoint_id="notify-agent")
+    # another team's agent is not even listed, and its change page is refused
+    listing = client.get("/admin/registry/agent/")
+    assert listing.status_code == 200
+    assert b"order-agent" in listing.content and b"notify-agent" not in listing.content
+    r = client.post(f"/admin/registry/agent/{other.pk}/change/", {"display_name": "x", "description": "hijacked",
+                                                                  "status": "active"})
+    assert r.status_code in (302, 403, 404)
+    other.refresh_from_db()
+    assert other.description != "hijacked"
+    # its own agent: the description changes, with an audit row
+    page = client.get(f"/admin/registry/agent/{own.pk}/change/")
+    assert page.status_code == 200 and b'name="description"' in page.content
+    assert b'name="team"' not in page.content  # a member cannot move the agent to another team
+    r = client.post(f"/admin/registry/agent/{own.pk}/change/", {
+        "display_name": "Orders", "description": "edited in the admin", "status": "active",
+        "instances-TOTAL_FORMS": 0, "instances-INITIAL_FORMS": 0, "capabilities-TOTAL_FORMS": 0,
+        "capabilities-INITIAL_FORMS": 0})
+    assert r.status_code == 302, r.content[:2000]
+    own.refresh_from_db()
+    assert own.description == "edited in the admin"
+    assert AuditLog.objects.filter(action="agent.changed", target_id=str(own.pk)).exists()
+
+
+def test_drafts_are_team_scoped_and_only_drafts_are_editable(people):
+    member, outsider = as_user(people["member"]), as_user(people["outsider"])
+    r = member.post("/api/v1/capability-versions/", {"capability": "order.query",
+                                                    "examples": ["where is my parcel 42"]}, format="json")
+    assert r.status_code == 201 and r.json()["state"] == "draft" and r.json()["version"] != "1.0.0"
+    draft_id = r.json()["id"]
+    r = outsider.post("/api/v1/capability-versions/", {"capability": "order.query"}, format="json")
+    assert r.status_code == 403
+    r = outsider.patch(f"/api/v1/capability-versions/{draft_id}/", {"examples": ["x"]}, format="json")
+    assert r.status_code == 403
+    r = member.patch(f"/api/v1/capability-versions/{draft_id}/", {"timeout_ms": 1234}, format="json")
+    assert r.status_code == 200 and r.json()["timeout_ms"] == 1234
+    # the state is not the member's to write, and an active version is immutable
+    r = member.patch(f"/api/v1/capability-versions/{draft_id}/", {"state": "active"}, format="json")
+    assert CapabilityVersion.objects.get(pk=draft_id).state == VersionState.DRAFT
+    active = CapabilityVersion.objects.exclude(pk=draft_id).get(capability__name="order.query")
+    CapabilityVersion.objects.filter(pk=active.pk).update(state=VersionState.ACTIVE)
+    r = member.patch(f"/api/v1/capability-versions/{active.pk}/", {"timeout_ms": 1}, format="json")
+    assert r.status_code == 409
+    r = member.post("/api/v1/capability-versions/", {"capability": "no.such"}, format="json")
+    assert r.status_code == 404
+
+
+def test_admin_version_pages_follow_the_same_rules(people):
+    client = admin_client(people["member"])
+    own = CapabilityVersion.objects.get(capability__name="order.query")
+    other = CapabilityVersion.objects.get(capability__name="notify.send")
+    listing = client.get("/admin/registry/capabilityversion/")
+    assert b"order.query" in listing.content and b"notify.send" not in listing.content
+    assert client.get(f"/admin/registry/capabilityversion/{other.pk}/review/").status_code == 302
+    # the add form offers the member's own capabilities only
+    add = client.get("/admin/registry/capabilityversion/add/")
+    assert add.status_code == 200
+    assert b"order.query" in add.content and b"notify.send" not in add.content
+    # finance sees no registry write page at all
+    assert admin_client(people["finance"]).get(f"/admin/registry/capabilityversion/{own.pk}/review/").status_code \
+        in (302, 403)

@@ -241,8 +241,8 @@ class AgentDetailAdmin(AgentAdmin):
         latencies = sorted(qs.values_list("latency_ms", flat=True)[:20000])
         p50 = latencies[len(latencies) // 2]
         p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
-        return format_html("{} attempts, success rate <b>{:.1%}</b>, latency p50 {:.0f} ms / p95 {:.0f} ms",
-                           agg["n"], agg["ok"] / agg["n"], p50, p95)
+        return format_html("{} attempts, success rate <b>{}</b>, latency p50 {} ms / p95 {} ms",
+                           agg["n"], f"{agg['ok'] / agg['n']:.1%}", f"{p50:.0f}", f"{p95:.0f}")
 
     @admin.display(description="Recent tasks")
     def recent_tasks(self, obj):

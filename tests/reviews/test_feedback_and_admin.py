@@ -24,9 +24,9 @@ def logged_in(user) -> Client:
 def test_feedback_is_promoted_into_the_next_version_through_review(people, user):
     stable = CapabilityVersion.objects.get(capability__name="order.query")
     CapabilityVersion.objects.filter(pk=stable.pk).update(state=VersionState.ACTIVE)
-    task = Task.objects.create(request_id="fb-1", caller=user, task_text="has my parcel left the warehouse",
+    Task.objects.create(request_id="fb-1", caller=user, task_text="has my parcel left the warehouse",
                                capability_label="order.query@1.0.0", status="succeeded")
-    wrong = Task.objects.create(request_id="fb-2", caller=user, task_text="write me a poem about parcels",
+    Task.objects.create(request_id="fb-2", caller=user, task_text="write me a poem about parcels",
                                 capability_label="order.query@1.0.0", status="succeeded")
     caller = as_user(user)
     assert caller.post("/api/v1/tasks/fb-1/feedback", {"correct": True}, format="json").status_code == 201

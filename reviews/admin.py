@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.db.models import Count, Q
+from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -41,8 +42,12 @@ class GovernedCapabilityVersionAdmin(CapabilityVersionAdmin):
 
     def response_add(self, request, obj, post_url_continue=None):
         self.message_user(request, f"Draft {obj} saved. Submit it for review when it is complete.")
-        from django.shortcuts import redirect
+        return redirect("admin:registry_capabilityversion_review", obj.pk)
 
+    def response_change(self, request, obj):
+        if "_continue" in request.POST:
+            return super().response_change(request, obj)
+        self.message_user(request, f"Draft {obj} saved. Submit it for review when it is complete.")
         return redirect("admin:registry_capabilityversion_review", obj.pk)
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench stop clean
+.PHONY: install run test lint bench stop clean screenshots
 
 install: $(STAMP)
 
@@ -21,6 +21,10 @@ run: install
 
 test: install
 	$(PY) -m pytest -q -p no:randomly; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# The README's governance screenshots, taken by the browser tests in headless Chromium.
+screenshots: install
+	REACH_SCREENSHOTS_DIR=docs/screenshots $(PY) -m pytest -q -p no:randomly tests/browser
 
 lint: install
 	$(VENV)/bin/ruff check .

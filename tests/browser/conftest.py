@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("REACH_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# `make screenshots` writes them to docs/screenshots (the README shows those); a plain test run keeps its own
+# under .data/ so that running the tests leaves the checkout clean
+BASE = Path(__file__).resolve().parents[2]
+SCREENSHOTS = Path(os.environ.get("REACH_SCREENSHOTS_DIR") or BASE / ".data" / "screenshots")
 # flags from this machine kind's notes: its closed network refuses Chromium's background connections
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]

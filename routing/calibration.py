@@ -27,7 +27,9 @@ import numpy as np
 EXECUTE_FALSE_RATE = 0.18  # share of simulated out-of-scope / wrong requests let into EXECUTE (chosen on CLINC150 val)
 HEAD_EXECUTE_FALSE_RATE = 0.08  # the same with the discriminative head, whose margins separate better (CLINC150 val)
 HEAD_MAX_CAPABILITIES = 1000  # above this the head costs minutes to fit; the resolver uses centroids alone
-HEAD_C = 10.0  # inverse L2 strength of the head's softmax regression
+# inverse L2 strength of the head's softmax regression (chosen on CLINC150 val: 10 -> 30 took top-1 from 0.906 to
+# 0.908 and execute-right from 0.60 to 0.64 at the same false rate)
+HEAD_C = 30.0
 SAME_FAMILY_COSINE = 0.95  # capabilities whose example centroids are this close do the same thing
 CONFIRM_RECALL = 0.90       # share of simulated right requests that reach at least CONFIRM
 MAX_CAPABILITIES = 600      # capabilities sampled for leave-one-out (cost bound on very large registries)

@@ -18,6 +18,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("REACH_DATA_DIR", BASE_DIR / ".data"))
 
 
+def is_embedded_postgres(url: str) -> bool:
+    """Whether ``url`` points at the embedded server (its socket lives under DATA_DIR/pg); child processes get
+    the URL in DATABASE_URL, so presence of the variable does not tell."""
+    from urllib.parse import unquote
+
+    return str((DATA_DIR / "pg").resolve()) in unquote(url)
+
+
 def embedded_postgres_url() -> str:
     """Start the embedded PostgreSQL if needed and return a URL for it (Unix socket)."""
     import logging

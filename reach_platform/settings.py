@@ -104,8 +104,8 @@ def database_from_url(url: str) -> dict:
     }
 
 
-EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 DATABASE_URL = os.environ.get("DATABASE_URL") or local_services.embedded_postgres_url()
+EMBEDDED_POSTGRES = local_services.is_embedded_postgres(DATABASE_URL)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 # Test runs point separate processes (Celery workers, the served gateway) at the test database by name.
 if os.environ.get("REACH_DB_NAME"):

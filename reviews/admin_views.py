@@ -142,7 +142,7 @@ def queue_item(model_admin, request, pk: int):
         "candidates": (item.decision or {}).get("candidates", []),
         "payload": json.dumps(item.payload, indent=2, ensure_ascii=False),
         "capabilities": list(Capability.objects.filter(versions__state=VersionState.ACTIVE).distinct()
-                             .values_list("name", flat=True).order_by("name")),
+                             .values_list("name", "agent__endpoint_id").order_by("name")),
         "task_url": reverse("admin:routing_task_change", args=[item.pk]),
         "children": list(type(item).objects.filter(parent_request_id=item.request_id)
                          .values("request_id", "status", "capability_requested")),

@@ -95,3 +95,22 @@ def test_admin_version_pages_follow_the_same_rules(people):
     # finance sees no registry write page at all
     assert admin_client(people["finance"]).get(f"/admin/registry/capabilityversion/{own.pk}/review/").status_code \
         in (302, 403)
+
+
+def test_member_adds_a_draft_in_the_admin_and_cannot_pick_another_teams_capability(people):
+    client = admin_client(people["member"])
+    own = CapabilityVersion.objects.get(capability__name="order.query")
+    other = CapabilityVersion.objects.get(capability__name="notify.send")
+    form = {"version": "9.0.0", "description": "drafted in the admin", "action": "query", "domains": "orders",
+            "tags": "", "keywords": "", "languages": "en", "examples": '["where is parcel 9"]',
+            "negative_cases": "[]", "reject_conditions": "[]", "input_schema": "{}", "output_schema": "{}",
+            "idempotent": "on", "timeout_ms": 3000, "max_retries": 1, "avg_latency_ms": 0, "p95_latency_ms": 0,
+            "avg_tokens_per_call": 0, "cost_per_call": 0, "price_per_1k_input_tokens": 0,
+            "price_per_1k_output_tokens": 0, "model_name": ""}
+    r = client.post("/admin/registry/capabilityversion/add/", {**form, "capability": other.capability_id})
+    assert r.status_code == 200 and not CapabilityVersion.objects.filter(version="9.0.0").exists()  # form error
+    r = client.post("/admin/registry/capabilityversion/add/", {**form, "capability": own.capability_id})
+    draft = CapabilityVersion.objects.get(version="9.0.0")
+    assert r.status_code == 302 and r.url.endswith(f"/{draft.pk}/review/")
+    assert draft.state == VersionState.DRAFT and draft.examples == ["where is parcel 9"]
+    assert AuditLog.objects.filter(action="version.drafted", target_id=str(draft.pk), actor=people["member"]).exists()

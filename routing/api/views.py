@@ -6,7 +6,14 @@ from rest_framework.views import APIView
 
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from routing import resolver, services
-from routing.api.serializers import CallbackInput, InvokeInput, ResolveInput, TaskDetailOutput, TaskOutput
+from routing.api.serializers import (
+    CallbackInput,
+    InvokeInput,
+    ResolveInput,
+    TaskDetailOutput,
+    TaskOutput,
+    task_output,
+)
 from routing.choices import TERMINAL, TaskStatus
 
 HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
@@ -52,7 +59,7 @@ class InvokeView(APIView):
         )
         task = services.task_invoke(caller=request.user, headers=headers, **data.validated_data)
         status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
-        return Response(TaskOutput(task).data, status=status)
+        return Response(task_output(task), status=status)
 
 
 class TaskCallbackView(APIView):

@@ -25,6 +25,11 @@ def test_sync_invoke_succeeds_with_timeline(api, running_agents):
     detail = api.get("/api/v1/tasks/r-ok").json()
     assert [e["to_status"] for e in detail["events"]] == ["pending", "routed", "running", "succeeded"]
     assert agents.stats("order-agent")["executions"]["r-ok"] == 1
+    # the invoke answer is built without a serializer: it must say exactly what the serializer says
+    from routing.api.serializers import TaskOutput
+
+    task = Task.objects.get(request_id="r-ok")
+    assert body == {k: v for k, v in TaskOutput(task).data.items()} == {k: detail[k] for k in body}
 
 
 def test_slow_agent_hits_its_dynamic_timeout(api, running_agents, settings):

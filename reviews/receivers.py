@@ -16,7 +16,7 @@ def on_attempts_recorded(sender, version_ids, **kwargs) -> None:
     from reviews.services import canary_evaluate
     from routing import snapshot
 
-    versions = snapshot.current().versions
+    versions = snapshot.last().versions
     for vid in version_ids:
         info = versions.get(vid)
         if info is None or not info.is_canary:

@@ -46,9 +46,10 @@ def allow(instance_id: int) -> bool:
     """May a call go to this instance now? In half-open, only one probe at a time."""
     open_key, probe_key, tripped_key = _keys(instance_id)
     r = redis_client()
-    if r.exists(open_key):
+    is_open, tripped = r.mget([open_key, tripped_key])  # one round trip
+    if is_open:
         return False
-    if r.exists(tripped_key):
+    if tripped:
         return bool(r.set(probe_key, "1", nx=True, ex=max(5, int(_cfg("BREAKER_OPEN_S")))))
     return True
 
@@ -59,7 +60,17 @@ def record(instance_id: int, ok: bool) -> str:
     r = redis_client()
     window = int(_cfg("BREAKER_WINDOW_S"))
     now = int(time.time())
-    if r.exists(tripped_key):  # half-open probe result
+    # one round trip: whether the breaker is half-open, and the count of this outcome (harmless when half-open:
+    # closing clears the counters, and while open nothing reads them)
+    pipe = r.pipeline(transaction=False)
+    pipe.exists(tripped_key)
+    pipe.incr(f"reach:breaker:{instance_id}:n:{now}")
+    pipe.expire(f"reach:breaker:{instance_id}:n:{now}", window + 2)
+    if not ok:
+        pipe.incr(f"reach:breaker:{instance_id}:f:{now}")
+        pipe.expire(f"reach:breaker:{instance_id}:f:{now}", window + 2)
+    half_open = pipe.execute()[0]
+    if half_open:  # the probe's result decides
         r.delete(probe_key)
         if ok:
             r.delete(tripped_key, *[f"reach:breaker:{instance_id}:{b}:{now - k}" for b in ("n", "f")
@@ -67,13 +78,6 @@ def record(instance_id: int, ok: bool) -> str:
             return CLOSED
         r.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
         return OPEN
-    pipe = r.pipeline()
-    pipe.incr(f"reach:breaker:{instance_id}:n:{now}")
-    pipe.expire(f"reach:breaker:{instance_id}:n:{now}", window + 2)
-    if not ok:
-        pipe.incr(f"reach:breaker:{instance_id}:f:{now}")
-        pipe.expire(f"reach:breaker:{instance_id}:f:{now}", window + 2)
-    pipe.execute()
     if ok:
         return CLOSED
     counts = r.mget([f"reach:breaker:{instance_id}:n:{now - k}" for k in range(window)]

@@ -437,7 +437,7 @@ def _cost_entries(row: Task, attempts: list) -> list:
     """One ledger entry per attempt, priced from the routing snapshot (no query)."""
     if not attempts:
         return []
-    versions = snapshot.current().versions
+    versions = snapshot.last().versions  # the snapshot that resolved this request: no Redis round trip
     entries = []
     for a in attempts:
         info = versions.get(a.version_id)

@@ -104,6 +104,12 @@ def current() -> Snapshot:
         return _snapshot
 
 
+def last() -> Snapshot:
+    """The snapshot this process built last, without asking Redis whether it is current: for reads after a resolve
+    in the same request (prices of the versions just called, whether one is a canary)."""
+    return _snapshot or current()
+
+
 def _build(generation: str) -> Snapshot:
     from registry.embedding import get_embedder
     from routing.calibration import Calibration, Head, default_calibration

@@ -122,3 +122,36 @@ def serve_gateway(db_name: str, port: int, **env_overrides: str):
         except httpx.HTTPError:
             time.sleep(0.1)
     return web, url
+
+
+def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_id: str = "bench"):
+    """Import the example order-agent, start it in its own process (session leader, for killpg) and register one
+    instance for it. Returns (process, agent base URL)."""
+    import json
+    import subprocess
+    from pathlib import Path
+    from unittest import mock
+
+    from django.core.management import call_command
+
+    from registry.models import Agent, Instance
+    from routing import snapshot
+
+    base = Path(__file__).resolve().parent.parent
+    with mock.patch("registry.tasks.embed_capability_version.delay"):
+        call_command("reach_import", str(base / "examples/descriptors/order-agent.yaml"), "--activate", verbosity=0)
+    cmd = [sys.executable, str(base / "examples/agents/server.py"), "--agents", "order-agent",
+           "--port-offset", str(port_offset)]
+    if faults:
+        cmd += ["--faults", json.dumps({"order-agent": faults})]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    url = ""
+    for line in proc.stdout:
+        if line.startswith("agent "):
+            url = line.split()[-1]
+        if line.strip() == "ready":
+            break
+    Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id=instance_id,
+                            url=f"{url}/invoke", max_concurrency=1000, max_qps=100000)
+    snapshot.bump_generation()
+    return proc, url

@@ -14,15 +14,13 @@ import argparse
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import httpx
-from _common import serve_gateway, setup_django
+from _common import serve_gateway, setup_django, start_order_agent
 
 BASE = Path(__file__).resolve().parent.parent
 
@@ -69,34 +67,12 @@ def main() -> None:
     args = parser.parse_args()
 
     setup_django("reach_bench_gateway")
-    from unittest import mock
-
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from rest_framework.authtoken.models import Token
 
-    from registry.models import Agent, Instance
-    from routing import snapshot
-
-    with mock.patch("registry.tasks.embed_capability_version.delay"):
-        call_command("reach_import", str(BASE / "examples/descriptors/order-agent.yaml"), "--activate", verbosity=0)
+    agents, agent_url = start_order_agent(port_offset=20000, faults={"latency_ms": 20})
     user = get_user_model().objects.create_user("bench-caller")
     token = Token.objects.create(user=user).key
-
-    agent_port_offset = 20000
-    agents = subprocess.Popen([sys.executable, str(BASE / "examples/agents/server.py"), "--agents", "order-agent",
-                               "--port-offset", str(agent_port_offset), "--faults", json.dumps(
-                                   {"order-agent": {"latency_ms": 20}})],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
-    agent_url = ""
-    for line in agents.stdout:
-        if line.startswith("agent "):
-            agent_url = line.split()[-1]
-        if line.strip() == "ready":
-            break
-    Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id="bench",
-                            url=f"{agent_url}/invoke", max_concurrency=1000, max_qps=100000)
-    snapshot.bump_generation()
     web, gateway = serve_gateway("reach_bench_gateway", args.port, WEB_WORKERS=str(args.workers),
                                  WEB_THREADS=str(args.threads), REACH_CALLER_MAX_QPS="100000",
                                  REACH_CALLER_MAX_CONCURRENCY="10000")

@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-from _common import setup_django
+from _common import setup_django, start_order_agent
 
 BASE = Path(__file__).resolve().parent.parent
 
@@ -51,29 +49,14 @@ def main() -> None:
     import httpx
     import redis
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
-    from registry.models import Agent, Instance
-    from routing import snapshot
 
-    with mock.patch("registry.tasks.embed_capability_version.delay"):
-        call_command("reach_import", str(BASE / "examples/descriptors/order-agent.yaml"), "--activate", verbosity=0)
+    agents, _ = start_order_agent(port_offset=21000, instance_id="profile")
     user = get_user_model().objects.create_user("profile-caller")
     token = Token.objects.create(user=user).key
-    agents = subprocess.Popen([sys.executable, str(BASE / "examples/agents/server.py"), "--agents", "order-agent",
-                               "--port-offset", "21000"], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    agent_url = ""
-    for line in agents.stdout:
-        if line.startswith("agent "):
-            agent_url = line.split()[-1]
-        if line.strip() == "ready":
-            break
-    Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id="profile",
-                            url=f"{agent_url}/invoke", max_concurrency=1000, max_qps=100000)
-    snapshot.bump_generation()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
 

@@ -35,8 +35,6 @@ def pgvector_compute_enabled() -> bool:
     return not settings.EMBEDDED_POSTGRES or _cpu_has_avx512()
 
 
-ann_index_enabled = pgvector_compute_enabled
-
 
 class VectorCache:
     """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity when
@@ -86,7 +84,7 @@ def create_hnsw_index_sql(dim: int) -> str:
 def ensure_hnsw_index(dim: int) -> None:
     """Create the partial HNSW index for ``dim`` unless it exists (migrations create 384/512/768)."""
     dim = int(dim)
-    if dim in _indexed_dims or not ann_index_enabled():
+    if dim in _indexed_dims or not pgvector_compute_enabled():
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [f"registry_capvec_hnsw_{dim}"])

@@ -7,12 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from ledger.selectors import Percentile
 from reach_platform.errors import ApplicationError
 from registry.admin import AgentAdmin, CapabilityVersionAdmin, error_message, liveness_badge
 from registry.models import Agent, AuditLog, Capability, CapabilityVersion
@@ -120,7 +122,7 @@ class ReviewItemAdmin(admin.ModelAdmin):
 
     def triage_view(self, request, pk: int):
         if not self.has_view_or_change_permission(request):
-            raise PermissionError
+            raise PermissionDenied
         return admin_views.queue_item(self, request, pk)
 
     @admin.display(description="Why", ordering="review_reason")
@@ -238,16 +240,13 @@ class AgentDetailAdmin(AgentAdmin):
         from routing.models import Attempt
 
         since = timezone.now() - timedelta(hours=24)
-        qs = Attempt.objects.filter(instance__agent=obj, started_at__gte=since)
-        agg = qs.aggregate(n=Count("id"), ok=Count("id", filter=Q(outcome__in=[AttemptOutcome.SUCCESS,
-                                                                               AttemptOutcome.ACCEPTED])))
+        agg = Attempt.objects.filter(instance__agent=obj, started_at__gte=since).aggregate(
+            n=Count("id"), ok=Count("id", filter=Q(outcome__in=[AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED])),
+            p50=Percentile("latency_ms", 0.5), p95=Percentile("latency_ms", 0.95))
         if not agg["n"]:
             return "no attempts in the last 24 hours"
-        latencies = sorted(qs.values_list("latency_ms", flat=True)[:20000])
-        p50 = latencies[len(latencies) // 2]
-        p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
         return format_html("{} attempts, success rate <b>{}</b>, latency p50 {} ms / p95 {} ms",
-                           agg["n"], f"{agg['ok'] / agg['n']:.1%}", f"{p50:.0f}", f"{p95:.0f}")
+                           agg["n"], f"{agg['ok'] / agg['n']:.1%}", f"{agg['p50']:.0f}", f"{agg['p95']:.0f}")
 
     @admin.display(description="Recent tasks")
     def recent_tasks(self, obj):

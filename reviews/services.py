@@ -15,6 +15,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from ledger.selectors import Percentile
 from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
 from registry.audit import audit
 from registry.choices import ACTIONS, VersionState
@@ -163,13 +164,11 @@ def capability_version_rollback(*, version: CapabilityVersion, actor=None, reaso
 def _attempt_stats(version_id: int, since) -> dict:
     from routing.models import Attempt
 
-    qs = Attempt.objects.filter(version_id=version_id, started_at__gte=since)
-    agg = qs.aggregate(n=Count("id"), ok=Count("id", filter=Q(outcome__in=[AttemptOutcome.SUCCESS,
-                                                                           AttemptOutcome.ACCEPTED])))
-    latencies = sorted(qs.values_list("latency_ms", flat=True)[:5000])
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else None
+    agg = Attempt.objects.filter(version_id=version_id, started_at__gte=since).aggregate(
+        n=Count("id"), ok=Count("id", filter=Q(outcome__in=[AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED])),
+        p95=Percentile("latency_ms", 0.95))
     n = agg["n"]
-    return {"attempts": n, "success_rate": (agg["ok"] / n) if n else None, "p95_ms": p95}
+    return {"attempts": n, "success_rate": (agg["ok"] / n) if n else None, "p95_ms": agg["p95"]}
 
 
 def canary_compare(version: CapabilityVersion) -> dict:

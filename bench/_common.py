@@ -155,3 +155,87 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
                             url=f"{url}/invoke", max_concurrency=1000, max_qps=100000)
     snapshot.bump_generation()
     return proc, url
+
+
+class CpuMeter:
+    """CPU seconds (user + system, all threads) spent by groups of processes while it runs, read from /proc
+    (Linux): e.g. the load generator (this process), the gateway (its gunicorn process group), the agent,
+    PostgreSQL and Redis. Sampled every ``interval`` seconds so that processes that come and go (a database
+    backend replaced after CONN_MAX_AGE) are counted up to their last sample."""
+
+    def __init__(self, interval: float = 0.2, **groups):
+        self.groups = groups  # name -> callable returning the pids to count
+        self.interval = interval
+        self._last: dict[int, int] = {}
+        self._totals: dict[str, int] = {}
+        self._stop = None
+        self._thread = None
+
+    @staticmethod
+    def _ticks(pid: int) -> int | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone
+            return None
+        return int(fields[11]) + int(fields[12])  # utime, stime
+
+    @staticmethod
+    def process_group(pgid: int):
+        def pids():
+            out = []
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        if os.getpgid(int(entry.name)) == pgid:
+                            out.append(int(entry.name))
+                    except OSError:
+                        pass
+            return out
+        return pids
+
+    @staticmethod
+    def named(*names: str):
+        def pids():
+            out = []
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        if (entry / "comm").read_text().strip() in names:
+                            out.append(int(entry.name))
+                    except OSError:
+                        pass
+            return out
+        return pids
+
+    def _sample(self, baseline: bool = False) -> None:
+        for name, pids in self.groups.items():
+            for pid in pids():
+                ticks = self._ticks(pid)
+                if ticks is None:
+                    continue
+                previous = self._last.get(pid)
+                if not baseline:  # a process first seen now started after the baseline: all of it counts
+                    self._totals[name] += ticks - (previous if previous is not None else 0)
+                self._last[pid] = ticks
+
+    def start(self) -> None:
+        import threading
+
+        self._last, self._totals = {}, dict.fromkeys(self.groups, 0)
+        self._sample(baseline=True)
+        self._stop = threading.Event()
+
+        def loop():
+            while not self._stop.wait(self.interval):
+                self._sample()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self, requests: int) -> dict[str, float]:
+        """CPU milliseconds per request for each group since start()."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        hz = os.sysconf("SC_CLK_TCK")
+        return {name: round(ticks / hz * 1000 / max(requests, 1), 2) for name, ticks in self._totals.items()}

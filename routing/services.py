@@ -11,7 +11,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -91,36 +91,67 @@ def task_invoke(*, caller, payload: dict, task: str | None = None, capability: s
         check_callback_url(callback_url)
     budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
                                                                             _reach("RETRY_BUDGET"))
+    fields = dict(
+        request_id=request_id, caller=caller, mode=mode, capability_requested=capability or "",
+        task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
+        top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
+        call_path=list(headers.call_path), trace_id=_trace_from(headers), parent_request_id=headers.parent_request_id,
+        deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
+        options={"action": action, "domains": domains, "cost_preference": cost_preference,
+                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {})})
     try:
-        with transaction.atomic():
-            row = Task.objects.create(
-                request_id=request_id, caller=caller, mode=mode, capability_requested=capability or "",
-                task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
-                top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
-                call_path=list(headers.call_path), trace_id=_trace_from(headers),
-                parent_request_id=headers.parent_request_id,
-                deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
-                options={"action": action, "domains": domains, "cost_preference": cost_preference,
-                         "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of}
-                                                                 if redispatch_of else {})})
-            TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
-            if mode == "async":
+        if mode == "async":
+            with transaction.atomic():
+                row = Task.objects.create(**fields)
+                TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
                 from routing.tasks import execute_task
 
                 transaction.on_commit(lambda: execute_task.delay(row.pk))
+            return row
+        row = _claim(fields)
     except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
         return _repeat(Task.objects.get(request_id=request_id), caller=caller, confirm=confirm, payload=payload,
                        headers=headers)
-    if mode == "async":
-        return row
+    # A sync run writes its PENDING event with the rest of its timeline when it ends (one transaction fewer).
+    pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
     return _run(row, task=task, capability=capability, payload=payload, action=action, domains=domains,
-                cost_preference=cost_preference, traceparent=headers.traceparent)
+                cost_preference=cost_preference, traceparent=headers.traceparent, pending_event=pending)
+
+
+def _claim(fields: dict) -> Task:
+    """Insert the task: the unique request_id makes this the claim that lets exactly one of concurrent
+    duplicates run. One statement in autocommit; a savepoint inside a caller's transaction, so that a duplicate
+    does not break it."""
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return Task.objects.create(**fields)
+    return Task.objects.create(**fields)
+
+
+def _refusal(exc: ApplicationError) -> dict:
+    """The error of a task refused before any agent was called (bad input, quota, budget, cycle): marked so that
+    the caller's retry with the same request_id runs again instead of receiving the refusal for good."""
+    return {"code": exc.code, "message": exc.message, "refused": True, "http_status": exc.status_code}
 
 
 def _repeat(row: Task, *, caller, confirm: str | None, payload: dict, headers: InvokeHeaders) -> Task:
-    """A request_id seen before: never execute twice. Wait for a running one, then return its stored outcome."""
+    """A request_id seen before: never execute twice. Wait for a running one, then return its stored outcome.
+    A sync request refused before any agent was called (nothing ran) is run again, as a retry after a 429 must."""
     if row.caller_id and caller is not None and row.caller_id != caller.pk:
         raise Conflict("This request_id belongs to another caller.", code="request_id_conflict")
+    if row.mode == "sync" and row.status == TaskStatus.FAILED and (row.error or {}).get("refused"):
+        refused = row.error
+        if Task.objects.filter(pk=row.pk, status=TaskStatus.FAILED, error__refused=True).update(
+                status=TaskStatus.PENDING, error=None, updated_at=timezone.now()):
+            row.status, row.error = TaskStatus.PENDING, None
+            retried = TaskEvent(task=row, at=timezone.now(), from_status=TaskStatus.FAILED,
+                                to_status=TaskStatus.PENDING, detail={"retried_after": refused.get("code")})
+            options = row.options or {}
+            return _run(row, task=row.task_text or None, capability=row.capability_requested or None,
+                        payload=row.payload, action=options.get("action"), domains=options.get("domains"),
+                        cost_preference=options.get("cost_preference") or 0.0, traceparent=headers.traceparent,
+                        pending_event=retried)
+        row.refresh_from_db()  # another retry took it: wait for that one below
     if confirm and row.status == TaskStatus.NEEDS_CONFIRMATION:
         allowed = {c["capability"] for c in row.decision.get("candidates", [])}
         if confirm not in allowed:
@@ -348,25 +379,34 @@ def tasks_reap(*, now=None) -> int:
     return reaped
 
 
-def _run(row: Task, *, task, capability, payload, action, domains, cost_preference, traceparent) -> Task:
+def _run(row: Task, *, task, capability, payload, action, domains, cost_preference, traceparent,
+         pending_event: TaskEvent | None = None) -> Task:
     timeline = Timeline(row)
+    if pending_event is not None:
+        timeline.events.append(pending_event)
     caller_key = f"caller:{row.caller_id}"
     if not capacity.acquire(caller_key, _reach("CALLER_MAX_CONCURRENCY")):
-        _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_concurrency", "message": "quota"})
         QUOTA_REFUSALS.labels(scope="caller").inc()
-        raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
+        exc = TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
                               code="caller_concurrency")
+        _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+        raise exc
     try:
         wait = capacity.take_token(caller_key, _reach("CALLER_MAX_QPS"))
         if wait > 0:
-            _finish(row, timeline, TaskStatus.FAILED, error={"code": "caller_rate", "message": "quota"})
             QUOTA_REFUSALS.labels(scope="caller").inc()
-            raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
-        with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
-                "reach.resolve", context=tracing.parent_context(traceparent),
-                attributes={"reach.request_id": row.request_id}):
-            resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
-                                          domains=domains, top_k=row.top_k, cost_preference=cost_preference)
+            exc = TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
+            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+            raise exc
+        try:
+            with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
+                    "reach.resolve", context=tracing.parent_context(traceparent),
+                    attributes={"reach.request_id": row.request_id}):
+                resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
+                                              domains=domains, top_k=row.top_k, cost_preference=cost_preference)
+        except ApplicationError as exc:  # unknown capability, payload against input_schema, ...
+            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+            raise
         row.decision = resolution.as_dict()
         row.text_hash = resolution.text_hash
         if resolution.decision == Decision.CONFIRM:
@@ -381,17 +421,18 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         path = set(row.call_path)
         candidates = [c.version for c in resolution.candidates if c.version.agent not in path]
         if not candidates:
-            _finish(row, timeline, TaskStatus.FAILED, error={"code": "cycle_detected", "message":
-                                                              "every candidate is already on the call path"})
-            raise Conflict(f"Call cycle refused: {' -> '.join([*row.call_path, resolution.candidates[0].version.agent])}.",
+            exc = Conflict(f"Call cycle refused: "
+                           f"{' -> '.join([*row.call_path, resolution.candidates[0].version.agent])}.",
                            code="cycle_detected")
+            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+            raise exc
         if resolution.decision == Decision.EXECUTE and capability is None:
             candidates = candidates[: row.top_k]
         try:
             warnings = budget_check(caller_id=row.caller_id, team_slugs=[c.team for c in candidates])
         except PaymentRequired as exc:
             BUDGET_REFUSALS.labels(scope=(exc.details or {}).get("scope", "?")).inc()
-            _finish(row, timeline, TaskStatus.FAILED, error={"code": exc.code, "message": exc.message})
+            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
             raise
         if warnings:
             row.decision["budget_warnings"] = warnings
@@ -406,8 +447,11 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
                                   sticky_instance_id=session.instance_id if session else None)
         try:
             execution = gateway.execute(candidates=candidates, payload=payload, ctx=ctx)
+        except TooManyRequests as exc:  # every capable agent at capacity: nothing was called
+            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+            raise
         except Exception:
-            _finish(row, timeline, TaskStatus.FAILED, error={"code": "overloaded", "message": "no capacity"})
+            _finish(row, timeline, TaskStatus.FAILED, error={"code": "gateway_error", "message": "unexpected error"})
             raise
         if session is not None and execution.instance:
             AgentSession.objects.filter(pk=session.pk).update(instance_id=execution.instance.id,

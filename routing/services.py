@@ -384,29 +384,31 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
     timeline = Timeline(row)
     if pending_event is not None:
         timeline.events.append(pending_event)
+    try:
+        return _route_and_call(row, timeline, task=task, capability=capability, payload=payload, action=action,
+                               domains=domains, cost_preference=cost_preference, traceparent=traceparent)
+    except ApplicationError as exc:  # refused before any agent was called: quota, input, cycle, budget, capacity
+        _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
+        raise
+
+
+def _route_and_call(row: Task, timeline: Timeline, *, task, capability, payload, action, domains, cost_preference,
+                    traceparent) -> Task:
     caller_key = f"caller:{row.caller_id}"
     if not capacity.acquire(caller_key, _reach("CALLER_MAX_CONCURRENCY")):
         QUOTA_REFUSALS.labels(scope="caller").inc()
-        exc = TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
+        raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
                               code="caller_concurrency")
-        _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
-        raise exc
     try:
         wait = capacity.take_token(caller_key, _reach("CALLER_MAX_QPS"))
         if wait > 0:
             QUOTA_REFUSALS.labels(scope="caller").inc()
-            exc = TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
-            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
-            raise exc
-        try:
-            with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
-                    "reach.resolve", context=tracing.parent_context(traceparent),
-                    attributes={"reach.request_id": row.request_id}):
-                resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
-                                              domains=domains, top_k=row.top_k, cost_preference=cost_preference)
-        except ApplicationError as exc:  # unknown capability, payload against input_schema, ...
-            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
-            raise
+            raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
+        with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
+                "reach.resolve", context=tracing.parent_context(traceparent),
+                attributes={"reach.request_id": row.request_id}):
+            resolution = resolver.resolve(task=task, capability=capability, payload=payload, action=action,
+                                          domains=domains, top_k=row.top_k, cost_preference=cost_preference)
         row.decision = resolution.as_dict()
         row.text_hash = resolution.text_hash
         if resolution.decision == Decision.CONFIRM:
@@ -421,18 +423,15 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
         path = set(row.call_path)
         candidates = [c.version for c in resolution.candidates if c.version.agent not in path]
         if not candidates:
-            exc = Conflict(f"Call cycle refused: "
+            raise Conflict(f"Call cycle refused: "
                            f"{' -> '.join([*row.call_path, resolution.candidates[0].version.agent])}.",
                            code="cycle_detected")
-            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
-            raise exc
         if resolution.decision == Decision.EXECUTE and capability is None:
             candidates = candidates[: row.top_k]
         try:
             warnings = budget_check(caller_id=row.caller_id, team_slugs=[c.team for c in candidates])
         except PaymentRequired as exc:
             BUDGET_REFUSALS.labels(scope=(exc.details or {}).get("scope", "?")).inc()
-            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
             raise
         if warnings:
             row.decision["budget_warnings"] = warnings
@@ -447,9 +446,8 @@ def _run(row: Task, *, task, capability, payload, action, domains, cost_preferen
                                   sticky_instance_id=session.instance_id if session else None)
         try:
             execution = gateway.execute(candidates=candidates, payload=payload, ctx=ctx)
-        except TooManyRequests as exc:  # every capable agent at capacity: nothing was called
-            _finish(row, timeline, TaskStatus.FAILED, error=_refusal(exc))
-            raise
+        except ApplicationError:
+            raise  # every capable agent at capacity, nothing called: a refusal, recorded by _run
         except Exception:
             _finish(row, timeline, TaskStatus.FAILED, error={"code": "gateway_error", "message": "unexpected error"})
             raise

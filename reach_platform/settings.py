@@ -220,6 +220,15 @@ REACH = {
     "CALLBACK_BACKOFF_S": env_float("REACH_CALLBACK_BACKOFF_S", 1.0),
     "CALLER_MAX_CONCURRENCY": int(env_float("REACH_CALLER_MAX_CONCURRENCY", 64)),
     "CALLER_MAX_QPS": env_float("REACH_CALLER_MAX_QPS", 500),
+    # The event-loop core (reach_platform.engine): threads that run the ORM's statements for the loop, outbound
+    # HTTP connections, Redis connections per process; how long a repeat of an in-flight request_id waits for
+    # its outcome; polling of http-async agents' status URLs.
+    "DB_THREADS": int(env_float("REACH_DB_THREADS", 8)),
+    "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
+    "REDIS_CONNECTIONS": int(env_float("REACH_REDIS_CONNECTIONS", 64)),
+    "DUPLICATE_WAIT_S": env_float("REACH_DUPLICATE_WAIT_S", 60),
+    "POLL_CONCURRENCY": int(env_float("REACH_POLL_CONCURRENCY", 32)),
+    "POLL_TIMEOUT_S": env_float("REACH_POLL_TIMEOUT_S", 5),
     # Canary releases: a canary is compared with its capability's stable version over the attempts since it went
     # live; with at least CANARY_MIN_SAMPLE attempts it is rolled back when its success rate is lower by more than
     # CANARY_SUCCESS_MARGIN, or its p95 latency higher by more than CANARY_LATENCY_MARGIN (a ratio).

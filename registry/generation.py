@@ -9,6 +9,7 @@ import uuid
 
 import redis
 from django.conf import settings
+from django.db import transaction
 
 GENERATION_KEY = "reach:registry:generation"
 _client: redis.Redis | None = None
@@ -22,4 +23,6 @@ def redis_client() -> redis.Redis:
 
 
 def bump_generation() -> None:
-    redis_client().set(GENERATION_KEY, uuid.uuid4().hex)
+    """Renew the token once the current transaction commits (at once outside one): a process that rebuilt its
+    snapshot from the old rows in between would otherwise keep the stale snapshot until the next change."""
+    transaction.on_commit(lambda: redis_client().set(GENERATION_KEY, uuid.uuid4().hex))

@@ -8,6 +8,7 @@ import ipaddress
 import json
 import secrets
 import socket
+from datetime import timedelta
 from urllib.parse import urlparse
 
 import httpx
@@ -64,7 +65,8 @@ def sign(secret: str, raw: bytes) -> str:
 
 
 def outbox_enqueue(task: Task) -> CallbackDelivery | None:
-    """Call inside the transaction that moves ``task`` to a terminal state."""
+    """Call inside the transaction that moves ``task`` to a terminal state: the delivery row commits with the
+    state, and its first try starts when that commits."""
     if not task.callback_url:
         return None
     body = {"request_id": task.request_id, "status": task.status}
@@ -72,34 +74,88 @@ def outbox_enqueue(task: Task) -> CallbackDelivery | None:
         body["result"] = task.result
     else:
         body["error"] = task.error
-    delivery = CallbackDelivery.objects.create(task=task, url=task.callback_url, body=body)
-    from routing.tasks import deliver_callback
-
-    transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))
+    delivery = CallbackDelivery.objects.create(task=task, url=task.callback_url, body=body,
+                                               next_attempt_at=timezone.now())
+    transaction.on_commit(lambda: dispatch(delivery.pk))
     return delivery
 
 
-def delivery_attempt(delivery_id: int) -> bool:
-    """POST one delivery. True when delivered (or nothing left to do)."""
+def dispatch(delivery_id: int) -> None:
+    """Start a delivery: at once on this process's engine loop when it has one (a gateway or a worker), else
+    through a Celery worker. ``outbox_sweep`` restarts any whose process died before it was tried."""
+    from reach_platform import engine
+
+    if engine.has_loop():
+        engine.spawn(deliver(delivery_id))
+    else:
+        from routing.tasks import deliver_callback
+
+        deliver_callback.delay(delivery_id)
+
+
+def _attempt_start(delivery_id: int):
+    """Count the attempt; returns what to send, or None when the delivery is no longer pending."""
     delivery = CallbackDelivery.objects.select_related("task").get(pk=delivery_id)
     if delivery.status != CallbackDelivery.Status.PENDING:
-        return True
+        return None
     raw = json.dumps(delivery.body, sort_keys=True, separators=(",", ":")).encode()
     headers = {"Content-Type": "application/json", "X-Reach-Request-Id": delivery.task.request_id}
     if delivery.task.caller_id:
         headers[SIGNATURE_HEADER] = sign(caller_secret(delivery.task.caller), raw)
-    CallbackDelivery.objects.filter(pk=delivery.pk).update(attempts=delivery.attempts + 1)
+    attempts = delivery.attempts + 1
+    CallbackDelivery.objects.filter(pk=delivery.pk).update(attempts=attempts)
+    return delivery.url, raw, headers, attempts
+
+
+def _attempt_end(delivery_id: int, ok: bool, error: str, attempts: int) -> None:
+    from routing.tasks import CALLBACK_RETRIES, deliver_callback
+
+    if ok:
+        CallbackDelivery.objects.filter(pk=delivery_id).update(status=CallbackDelivery.Status.DELIVERED,
+                                                               delivered_at=timezone.now(), last_error="")
+        return
+    if attempts > CALLBACK_RETRIES:
+        CallbackDelivery.objects.filter(pk=delivery_id).update(last_error=error)
+        delivery_dead_letter(delivery_id)
+        return
+    import random
+
+    base = settings.REACH["CALLBACK_BACKOFF_S"]
+    countdown = base * 2 ** (attempts - 1) + random.uniform(0, base)
+    CallbackDelivery.objects.filter(pk=delivery_id).update(
+        last_error=error, next_attempt_at=timezone.now() + timedelta(seconds=countdown))
+    deliver_callback.apply_async((delivery_id,), countdown=countdown)
+
+
+async def deliver(delivery_id: int) -> bool:
+    """One try of a delivery (signed POST, no redirects): delivered, or retried later with back-off by a
+    worker (CALLBACK_RETRIES times), then dead-lettered. True when delivered (or nothing left to do)."""
+    from reach_platform import engine
+
+    start = await engine.db(_attempt_start, delivery_id)
+    if start is None:
+        return True
+    url, raw, headers, attempts = start
     try:
-        response = httpx.post(delivery.url, content=raw, headers=headers, timeout=5, follow_redirects=False)
+        response = await engine.http().post(url, content=raw, headers=headers, timeout=5)
         ok, error = response.status_code < 300, f"HTTP {response.status_code}"
     except httpx.HTTPError as exc:
         ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
-    if ok:
-        CallbackDelivery.objects.filter(pk=delivery.pk).update(status=CallbackDelivery.Status.DELIVERED,
-                                                               delivered_at=timezone.now(), last_error="")
-    else:
-        CallbackDelivery.objects.filter(pk=delivery.pk).update(last_error=error)
+    await engine.db(_attempt_end, delivery_id, ok, error, attempts)
     return ok
+
+
+def outbox_sweep(*, stale_s: float = 60.0) -> int:
+    """Restart deliveries whose try never happened (their process died between the commit and the try)."""
+    cutoff = timezone.now() - timedelta(seconds=stale_s)
+    stale = list(CallbackDelivery.objects.filter(status=CallbackDelivery.Status.PENDING,
+                                                 next_attempt_at__lt=cutoff).values_list("pk", flat=True)[:500])
+    from routing.tasks import deliver_callback
+
+    for pk in stale:
+        CallbackDelivery.objects.filter(pk=pk).update(next_attempt_at=timezone.now())
+        deliver_callback.delay(pk)
+    return len(stale)
 
 
 def delivery_dead_letter(delivery_id: int) -> None:
@@ -121,5 +177,5 @@ def delivery_replay(delivery: CallbackDelivery) -> None:
     from routing.tasks import deliver_callback
 
     if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
-            status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None):
+            status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None, next_attempt_at=timezone.now()):
         transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))

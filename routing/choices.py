@@ -47,3 +47,25 @@ class ReviewReason(models.TextChoices):
     LOW_SCORE = "low_score", "Scored below the confirm band"
     ALL_FAILED = "all_failed", "Every candidate failed"
     DEAD_LETTER = "dead_letter", "Callback dead-lettered"
+
+
+# The one task state machine (routing.transitions applies it): the states each state may move to.
+# A resumed async run routes again (RUNNING -> ROUTED); a refusal retried with its request_id runs again
+# (FAILED -> PENDING); a person may still answer a task on which every candidate failed (FAILED -> SUCCEEDED).
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    TaskStatus.PENDING: frozenset({TaskStatus.ROUTED, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.MANUAL_REVIEW,
+                                   TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    TaskStatus.ROUTED: frozenset({TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    TaskStatus.RUNNING: frozenset({TaskStatus.ROUTED, TaskStatus.ACCEPTED, TaskStatus.SUCCEEDED, TaskStatus.FAILED,
+                                   TaskStatus.MANUAL_REVIEW, TaskStatus.CANCELLED}),
+    TaskStatus.ACCEPTED: frozenset({TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.FAILED,
+                                    TaskStatus.CANCELLED}),
+    TaskStatus.NEEDS_CONFIRMATION: frozenset({TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    TaskStatus.MANUAL_REVIEW: frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    TaskStatus.FAILED: frozenset({TaskStatus.PENDING, TaskStatus.SUCCEEDED}),
+    TaskStatus.SUCCEEDED: frozenset(),
+    TaskStatus.CANCELLED: frozenset(),
+    TaskStatus.DEAD_LETTERED: frozenset(),
+}
+# States whose task waits on an agent or a worker: the reaper fails them past their deadline.
+IN_FLIGHT = (TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING, TaskStatus.ACCEPTED)

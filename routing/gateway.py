@@ -9,9 +9,10 @@ endpoint id (a stale address) is discarded and the next candidate gets the reque
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,28 +22,17 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from reach_platform import tracing
+from reach_platform import engine, tracing
 from reach_platform.errors import TooManyRequests
 from reach_platform.metrics import CALL_SECONDS, QUOTA_REFUSALS
-from routing import breaker, capacity
+from routing import admission
 from routing.choices import AttemptOutcome
 from routing.schemas import validator_for
-from routing.snapshot import InstanceInfo, VersionInfo, redis_client
+from routing.snapshot import InstanceInfo, VersionInfo
 
 logger = logging.getLogger(__name__)
-_client: httpx.Client | None = None
-_client_lock = threading.Lock()
 _rr_counter: dict[int, int] = {}
 _timeouts: dict[int, tuple[float, float]] = {}
-
-
-def http_client() -> httpx.Client:
-    global _client
-    if _client is None:
-        with _client_lock:
-            if _client is None:
-                _client = httpx.Client(limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
-    return _client
 
 
 def _cfg(key: str):
@@ -78,24 +68,18 @@ class Execution:
     budget_left: int = 0
 
 
-def timeout_s(version: VersionInfo) -> float:
-    """max(MIN_TIMEOUT_S, TIMEOUT_P95_FACTOR x p95): observed p95 once 20 latencies are known, else declared."""
+async def timeout_s(version: VersionInfo) -> float:
+    """max(MIN_TIMEOUT_S, TIMEOUT_P95_FACTOR x p95): observed p95 once 20 latencies are known, else declared.
+    Read from Redis at most every 5 s per version and process."""
     cached = _timeouts.get(version.id)
     now = time.monotonic()
     if cached and now - cached[1] < 5:
         return cached[0]
-    samples = [float(x) for x in redis_client().lrange(f"reach:lat:{version.id}", 0, 199)]
+    samples = await admission.latency_samples(version.id)
     p95 = sorted(samples)[int(0.95 * (len(samples) - 1))] if len(samples) >= 20 else version.p95_latency_ms
     value = max(float(_cfg("MIN_TIMEOUT_S")), float(_cfg("TIMEOUT_P95_FACTOR")) * p95 / 1000.0)
     _timeouts[version.id] = (value, now)
     return value
-
-
-def observe_latency(version_id: int, latency_ms: float) -> None:
-    pipe = redis_client().pipeline()
-    pipe.lpush(f"reach:lat:{version_id}", round(latency_ms, 1))
-    pipe.ltrim(f"reach:lat:{version_id}", 0, 199)
-    pipe.execute()
 
 
 def backoff_s(attempt: int) -> float:
@@ -105,7 +89,8 @@ def backoff_s(attempt: int) -> float:
 
 # --- instance pick strategies ----------------------------------------------------------------------------
 
-def pick_weighted_round_robin(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+def pick_weighted_round_robin(instances: list[InstanceInfo], key: str | None = None,
+                              counts: list[int] | None = None) -> list[InstanceInfo]:
     """Smooth weighted round robin over the instances; ONLINE before SUSPECT. Returns an order to try."""
     online = [i for i in instances if i.liveness == "online"] or instances
     total = sum(max(1, i.weight) for i in online)
@@ -123,29 +108,32 @@ def pick_weighted_round_robin(instances: list[InstanceInfo], key: str | None = N
     return order
 
 
-def pick_least_connections(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
-    counts = capacity.in_flight([f"instance:{i.id}" for i in instances])
+def pick_least_connections(instances: list[InstanceInfo], key: str | None = None,
+                           counts: list[int] | None = None) -> list[InstanceInfo]:
+    """Fewest calls in flight per unit of weight (``counts``: in-flight per instance, read by the caller)."""
+    counts = counts if counts is not None else [0] * len(instances)
     return [i for _, i in sorted(zip(counts, instances, strict=True), key=lambda p: (p[1].liveness != "online",
                                                                                      p[0] / max(1, p[1].weight)))]
 
 
-def pick_consistent_hash(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+def pick_consistent_hash(instances: list[InstanceInfo], key: str | None = None,
+                         counts: list[int] | None = None) -> list[InstanceInfo]:
     """Rendezvous hashing on the user key: the same user sticks to the same instance while it lives."""
-    import hashlib
-
     if not key:
         return pick_weighted_round_robin(instances)
     return sorted(instances, key=lambda i: hashlib.blake2b(f"{key}:{i.instance_id}".encode(),
                                                            digest_size=8).digest(), reverse=True)
 
 
-def pick_cost_aware(instances: list[InstanceInfo], key: str | None = None) -> list[InstanceInfo]:
+def pick_cost_aware(instances: list[InstanceInfo], key: str | None = None,
+                    counts: list[int] | None = None) -> list[InstanceInfo]:
     """Instances of one agent share a price; prefer the least loaded, which wastes least on timeouts."""
-    return pick_least_connections(instances)
+    return pick_least_connections(instances, counts=counts)
 
 
 STRATEGIES = {"weighted_round_robin": pick_weighted_round_robin, "least_connections": pick_least_connections,
               "consistent_hash": pick_consistent_hash, "cost_aware": pick_cost_aware}
+LOAD_AWARE = {"least_connections", "cost_aware"}  # strategies that read the instances' in-flight counts
 
 
 # --- the attempt loop -----------------------------------------------------------------------------------
@@ -177,14 +165,14 @@ def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, s
     return headers
 
 
-def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx: CallContext, budget: int,
-          timeout: float) -> tuple[str, int | None, Any, str, dict | None]:
+async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx: CallContext, budget: int,
+                timeout: float) -> tuple[str, int | None, Any, str, dict | None]:
     """One HTTP call. Returns (outcome, status, result, error, usage)."""
     body = {"capability": version.capability, "version": version.version, "payload": payload,
             "request_id": ctx.request_id}
     try:
-        response = http_client().post(instance.url, json=body, headers=_headers(ctx, version, budget),
-                                      timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
+        response = await engine.http().post(instance.url, json=body, headers=_headers(ctx, version, budget),
+                                            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
     except httpx.TimeoutException as exc:
         if isinstance(exc, httpx.ConnectTimeout):
             return AttemptOutcome.CONNECT_ERROR, None, None, "connect timeout", None
@@ -224,7 +212,7 @@ _MAY_HAVE_RUN = {AttemptOutcome.TIMEOUT, AttemptOutcome.SERVER_ERROR, AttemptOut
 _RETRYABLE = {AttemptOutcome.TIMEOUT, AttemptOutcome.CONNECT_ERROR, AttemptOutcome.SERVER_ERROR}
 
 
-def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -> Execution:
+async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -> Execution:
     """Try the candidates in order with retries inside the shared budget. Raises TooManyRequests when every
     candidate is at capacity and nothing was attempted."""
     execution = Execution(ok=False, budget_left=ctx.budget)
@@ -235,33 +223,35 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
             continue
         tries = 0
         while True:
-            order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key)
+            counts = (await admission.in_flight([i.id for i in version.instances])
+                      if ctx.strategy in LOAD_AWARE else None)
+            order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key, counts)
             if ctx.sticky_instance_id is not None:
                 order.sort(key=lambda inst: inst.id != ctx.sticky_instance_id)
-            instance, wait = _admit(order)
+            instance, wait = await _admit(order)
             if instance is None:
                 busy_wait = wait if busy_wait is None else min(busy_wait, wait)
                 break
             number += 1
-            timeout = timeout_s(version)
+            timeout = await timeout_s(version)
             started = timezone.now()
             t0 = time.perf_counter()
+            outcome, status, result, error, usage = AttemptOutcome.CONNECT_ERROR, None, None, "cancelled", None
             try:
                 with tracing.tracer.start_as_current_span(
                         "reach.attempt", context=tracing.parent_context(ctx.traceparent),
                         attributes={"reach.request_id": ctx.request_id, "reach.agent": version.agent,
                                     "reach.attempt": number}) as span:
-                    outcome, status, result, error, usage = _call(instance, version, payload, ctx,
-                                                                  execution.budget_left, timeout)
+                    outcome, status, result, error, usage = await _call(instance, version, payload, ctx,
+                                                                        execution.budget_left, timeout)
                     span.set_attribute("reach.outcome", outcome)
             finally:
-                capacity.release(f"instance:{instance.id}")
-            latency = (time.perf_counter() - t0) * 1000
+                latency = (time.perf_counter() - t0) * 1000
+                ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
+                await asyncio.shield(admission.settle(instance, version.id,
+                                                      ok=ok or outcome == AttemptOutcome.CLIENT_ERROR,
+                                                      latency_ms=latency if ok else None))
             CALL_SECONDS.labels(agent=version.agent, outcome=outcome).observe(latency / 1000)
-            ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
-            breaker.record(instance.id, ok or outcome == AttemptOutcome.CLIENT_ERROR)
-            if ok:
-                observe_latency(version.id, latency)
             execution.attempts.append(AttemptRecord(
                 number=number, version_id=version.id, instance_id=instance.id, started_at=started,
                 latency_ms=latency, timeout_ms=timeout * 1000, outcome=outcome, status_code=status, error=error,
@@ -285,7 +275,7 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
             if (outcome in _RETRYABLE and execution.budget_left > 0 and tries < version.max_retries):
                 execution.budget_left -= 1
                 tries += 1
-                time.sleep(backoff_s(tries - 1))
+                await asyncio.sleep(backoff_s(tries - 1))
                 continue
             break  # next candidate
     if not execution.attempts and busy_wait is not None:
@@ -295,17 +285,14 @@ def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallContext) -
     return execution
 
 
-def _admit(order: list[InstanceInfo]) -> tuple[InstanceInfo | None, float]:
-    """First instance in ``order`` whose breaker, rate and concurrency let a call through."""
+async def _admit(order: list[InstanceInfo]) -> tuple[InstanceInfo | None, float]:
+    """First instance in ``order`` whose breaker, rate and concurrency let a call through (one Redis round trip
+    per instance asked)."""
     wait = 1.0
     for instance in order:
-        if not breaker.allow(instance.id):
-            continue
-        token_wait = capacity.take_token(f"instance:{instance.id}", instance.max_qps)
+        admitted, token_wait = await admission.admit(instance)
+        if admitted:
+            return instance, 0.0
         if token_wait > 0:
             wait = min(wait, token_wait)
-            continue
-        if not capacity.acquire(f"instance:{instance.id}", instance.max_concurrency):
-            continue
-        return instance, 0.0
     return None, wait

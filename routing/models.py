@@ -133,6 +133,8 @@ class CallbackDelivery(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True,
+                                           help_text="When the next try is due (the outbox sweep restarts late ones).")
     delivered_at = models.DateTimeField(null=True, blank=True)
     dead_at = models.DateTimeField(null=True, blank=True)
 

@@ -28,4 +28,4 @@ def _vectors_changed(sender, version_ids, **kwargs):
 @receiver(post_save, sender=CapabilityVersion)
 @receiver(post_save, sender=Instance)
 def _registry_changed(sender, **kwargs):
-    bump_generation()
+    bump_generation()  # once the change commits

@@ -13,33 +13,36 @@ def recalibrate() -> dict:
 CALLBACK_RETRIES = 3  # after the first try; then the delivery is dead-lettered
 
 
-@shared_task(bind=True, acks_late=True, max_retries=CALLBACK_RETRIES)
-def deliver_callback(self, delivery_id: int) -> bool:
-    import random
+@shared_task(acks_late=True)
+def deliver_callback(delivery_id: int) -> bool:
+    """One try of a callback delivery (the first try usually runs at once on the engine loop of the process
+    that committed the outcome; retries come here with their back-off)."""
+    from reach_platform import engine
+    from routing.callbacks import deliver
 
-    from django.conf import settings
+    return engine.run(deliver(delivery_id))
 
-    from routing.callbacks import delivery_attempt, delivery_dead_letter
 
-    if delivery_attempt(delivery_id):
-        return True
-    if self.request.retries >= CALLBACK_RETRIES:
-        delivery_dead_letter(delivery_id)
-        return False
-    base = settings.REACH["CALLBACK_BACKOFF_S"]
-    raise self.retry(countdown=base * 2 ** self.request.retries + random.uniform(0, base))
+@shared_task(acks_late=True)
+def sweep_outbox() -> int:
+    from routing.callbacks import outbox_sweep
+
+    return outbox_sweep()
 
 
 @shared_task(acks_late=True)
 def execute_task(task_id: int) -> str:
-    from routing.services import task_execute
+    """An async task: run on this worker's engine loop. The message is acked when the run ends (acks late), so
+    a worker killed mid-task gets it redelivered; the task's lease decides what a redelivery does."""
+    from reach_platform import engine
+    from routing.invoke import run_queued
 
-    return task_execute(task_id=task_id)
+    return engine.run(run_queued(task_id))
 
 
 @shared_task(acks_late=True)
 def reap_stuck_tasks() -> int:
-    from routing.services import tasks_reap
+    from routing.reaper import tasks_reap
 
     return tasks_reap()
 
@@ -58,13 +61,13 @@ def run_schedule(schedule_id: int) -> str:
 
 @shared_task(acks_late=True)
 def poll_async_tasks() -> int:
-    from routing.services import tasks_poll
+    from routing.lifecycle import tasks_poll
 
     return tasks_poll()
 
 
 @shared_task(acks_late=True)
 def close_idle_sessions() -> int:
-    from routing.services import sessions_close_idle
+    from routing.reaper import sessions_close_idle
 
     return sessions_close_idle()

@@ -5,7 +5,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from registry.authentication import AgentKeyAuthentication, IsAgent
-from routing import resolver, services
+from routing import lifecycle, resolver, selectors
+from routing.invoke import InvokeHeaders, task_invoke
 from routing.api.serializers import (
     CallbackInput,
     InvokeInput,
@@ -49,7 +50,7 @@ class InvokeView(APIView):
     def post(self, request):
         data = InvokeInput(data=request.data)
         data.is_valid(raise_exception=True)
-        headers = services.InvokeHeaders(
+        headers = InvokeHeaders(
             depth=_int_header(request, "X-Reach-Depth", 0),
             call_path=tuple(p for p in request.headers.get("X-Reach-Call-Path", "").split(",") if p),
             retry_budget=_int_header(request, "X-Reach-Retry-Budget", None),
@@ -57,7 +58,7 @@ class InvokeView(APIView):
             traceparent=request.headers.get("traceparent", ""),
             parent_request_id=request.headers.get("X-Reach-Parent-Request-Id", ""),
         )
-        task = services.task_invoke(caller=request.user, headers=headers, **data.validated_data)
+        task = task_invoke(caller=request.user, headers=headers, **data.validated_data)
         status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
         return Response(task_output(task), status=status)
 
@@ -72,12 +73,12 @@ class TaskCallbackView(APIView):
     def post(self, request, request_id: str):
         data = CallbackInput(data=request.data)
         data.is_valid(raise_exception=True)
-        task = services.task_callback(entry=request.auth, request_id=request_id, **data.validated_data)
+        task = lifecycle.task_callback(entry=request.auth, request_id=request_id, **data.validated_data)
         return Response(TaskOutput(task).data)
 
 
 class TaskView(APIView):
     @extend_schema(responses={200: TaskDetailOutput})
     def get(self, request, request_id: str):
-        task = services.task_for_caller(request_id=request_id, caller=request.user)
+        task = selectors.task_for_caller(request_id=request_id, caller=request.user)
         return Response(TaskDetailOutput(task).data)

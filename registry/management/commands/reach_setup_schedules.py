@@ -13,6 +13,7 @@ PLATFORM_SCHEDULES = {
     "reach: poll async agents": ("routing.tasks.poll_async_tasks", 5),
     "reach: close idle sessions": ("routing.tasks.close_idle_sessions", 60),
     "reach: canary watch": ("reviews.tasks.canaries_evaluate", 30),
+    "reach: outbox sweep": ("routing.tasks.sweep_outbox", 30),
 }
 
 

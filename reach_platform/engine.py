@@ -1,0 +1,180 @@
+"""The event loop that every agent call, wait and callback delivery of a process runs on.
+
+An in-flight call costs a coroutine on this loop, not a thread or a process. In the ASGI server the loop is the
+server's own (``bind`` at start-up); elsewhere (a Celery worker, a management command, the test client) a
+daemon thread runs one, started on first use. Sync code hands coroutines to it with ``run`` (and waits) or
+``spawn`` (and does not).
+
+Database work never runs on the loop: Django's ORM is synchronous, and its async methods funnel every query
+of a process through one thread. ``db`` runs a sync function in a bounded pool of threads instead, each with
+its own persistent connection, so that the few statements of an invoke run concurrently across requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+logger = logging.getLogger(__name__)
+
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_background: set[asyncio.Task] = set()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio works the same
+        return asyncio.new_event_loop()
+
+
+def bind(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop`` (the ASGI server's) the engine loop of this process."""
+    global _loop
+    _loop = loop
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    """The engine loop, started in a daemon thread when no server bound one."""
+    global _loop
+    current = _loop
+    if current is not None and not current.is_closed():
+        return current
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            new = _new_loop()
+            started = threading.Event()
+
+            def serve():
+                asyncio.set_event_loop(new)
+                new.call_soon(started.set)
+                new.run_forever()
+
+            threading.Thread(target=serve, name="reach-engine", daemon=True).start()
+            started.wait()
+            _loop = new
+        return _loop
+
+
+def has_loop() -> bool:
+    """Whether this process runs an engine loop already (a server's, or a started daemon thread's)."""
+    return _loop is not None and not _loop.is_closed() and _loop.is_running()
+
+
+def on_loop() -> bool:
+    """Whether the caller runs on the engine loop (where blocking is forbidden)."""
+    try:
+        return asyncio.get_running_loop() is _loop
+    except RuntimeError:
+        return False
+
+
+def run(coro, timeout: float | None = None):
+    """Run ``coro`` on the engine loop from sync code and return its result."""
+    if on_loop():
+        coro.close()
+        raise RuntimeError("engine.run() called on the engine loop; await the coroutine instead")
+    return asyncio.run_coroutine_threadsafe(coro, loop()).result(timeout)
+
+
+def spawn(coro) -> None:
+    """Start ``coro`` on the engine loop without waiting for it (from any thread). Errors are logged."""
+    target = loop()
+
+    def start():
+        task = target.create_task(coro)
+        _background.add(task)
+        task.add_done_callback(_done)
+
+    if on_loop():
+        start()
+    else:
+        target.call_soon_threadsafe(start)
+
+
+def _done(task: asyncio.Task) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("background task failed", exc_info=task.exception())
+
+
+def pending_background() -> int:
+    return len(_background)
+
+
+_clients: dict[int, tuple[asyncio.AbstractEventLoop, object, object]] = {}
+
+
+def _clients_here():
+    running = asyncio.get_running_loop()
+    entry = _clients.get(id(running))
+    if entry is None or entry[0] is not running:
+        import httpx
+        import redis.asyncio as aioredis
+        from django.conf import settings
+
+        limits = httpx.Limits(max_connections=int(settings.REACH["HTTP_MAX_CONNECTIONS"]),
+                              max_keepalive_connections=int(settings.REACH["HTTP_MAX_CONNECTIONS"]))
+        http_client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL,
+                                                        max_connections=int(settings.REACH["REDIS_CONNECTIONS"]),
+                                                        timeout=10)
+        entry = (running, http_client, aioredis.Redis(connection_pool=pool))
+        _clients[id(running)] = entry
+    return entry
+
+
+def http():
+    """The loop's shared ``httpx.AsyncClient`` (one connection pool for every outbound call)."""
+    return _clients_here()[1]
+
+
+def redis():
+    """The loop's shared ``redis.asyncio`` client (a bounded connection pool)."""
+    return _clients_here()[2]
+
+
+def db_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                from django.conf import settings
+
+                _pool = ThreadPoolExecutor(max_workers=int(settings.REACH["DB_THREADS"]),
+                                           thread_name_prefix="reach-db")
+    return _pool
+
+
+def _db_job(fn, args, kwargs):
+    from django.db import connection
+
+    connection.close_if_unusable_or_obsolete()
+    return fn(*args, **kwargs)
+
+
+async def db(fn, /, *args, **kwargs):
+    """Run the sync function ``fn`` (ORM work, or anything that may block) in the database thread pool."""
+    ctx = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(
+        db_pool(), functools.partial(ctx.run, _db_job, fn, args, kwargs))
+
+
+def _after_fork() -> None:
+    """A forked child has neither the parent's loop thread nor its pool threads."""
+    global _loop, _pool
+    _loop, _pool = None, None
+    _background.clear()
+    _clients.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,181 @@
+"""One Redis round trip before and one after each agent call, shared by every node (redis.asyncio).
+
+``admit`` asks, atomically: is the instance's breaker closed (or is this the one half-open probe), is there a
+token in its ``max_qps`` bucket, and is it under ``max_concurrency``; if all three, it takes the token and the
+in-flight slot. ``settle`` gives the slot back, counts the outcome in the breaker's window (opening it past the
+failure rate, or letting the half-open probe decide) and keeps the latency sample that sets the timeout.
+
+The keys are the ones ``routing.breaker`` and ``routing.capacity`` read and write (their sync functions serve
+the resolver, the admin and the tests); the rules are the same, in Lua so that each step is one round trip.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+
+from reach_platform import engine
+
+_ADMIT = """
+-- KEYS: breaker open, breaker tripped, breaker probe, token bucket, in-flight count
+-- ARGV: now, rate, burst, max concurrency, probe ttl, in-flight ttl
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 'open'} end
+local probing = false
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  if not redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[5])) then return {0, 'probe'} end
+  probing = true
+end
+local now, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local data = redis.call('HMGET', KEYS[4], 'tokens', 'ts')
+local tokens = tonumber(data[1]) or burst
+local ts = tonumber(data[2]) or now
+tokens = math.min(burst, tokens + (now - ts) * rate)
+if tokens < 1 then
+  if probing then redis.call('DEL', KEYS[3]) end
+  return {0, 'rate', tostring((1 - tokens) / rate)}
+end
+local n = tonumber(redis.call('GET', KEYS[5]) or '0')
+if n >= tonumber(ARGV[4]) then
+  if probing then redis.call('DEL', KEYS[3]) end
+  return {0, 'busy'}
+end
+redis.call('HSET', KEYS[4], 'tokens', tokens - 1, 'ts', now)
+redis.call('EXPIRE', KEYS[4], math.ceil(burst / rate) + 5)
+redis.call('INCR', KEYS[5])
+redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]))
+return {1, 'ok'}
+"""
+
+_SETTLE = """
+-- KEYS: breaker open, breaker probe, breaker tripped, in-flight count, latency samples
+-- ARGV: now, window, ok (1/0), min requests, failure rate, open seconds, latency ms ('' for none), bucket prefix
+if redis.call('DECR', KEYS[4]) < 0 then redis.call('SET', KEYS[4], 0) end
+local ok = ARGV[3] == '1'
+if ok and ARGV[7] ~= '' then
+  redis.call('LPUSH', KEYS[5], ARGV[7])
+  redis.call('LTRIM', KEYS[5], 0, 199)
+end
+local now, window, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[8]
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('DEL', KEYS[2])
+  if ok then
+    redis.call('DEL', KEYS[3])
+    for k = 0, window - 1 do redis.call('DEL', prefix .. ':n:' .. (now - k), prefix .. ':f:' .. (now - k)) end
+    return 'closed'
+  end
+  redis.call('SET', KEYS[1], '1', 'EX', tonumber(ARGV[6]))
+  return 'open'
+end
+redis.call('INCR', prefix .. ':n:' .. now)
+redis.call('EXPIRE', prefix .. ':n:' .. now, window + 2)
+if ok then return 'closed' end
+redis.call('INCR', prefix .. ':f:' .. now)
+redis.call('EXPIRE', prefix .. ':f:' .. now, window + 2)
+local total, failed = 0, 0
+for k = 0, window - 1 do
+  total = total + tonumber(redis.call('GET', prefix .. ':n:' .. (now - k)) or '0')
+  failed = failed + tonumber(redis.call('GET', prefix .. ':f:' .. (now - k)) or '0')
+end
+if total >= tonumber(ARGV[4]) and failed / total >= tonumber(ARGV[5]) then
+  redis.call('SET', KEYS[1], '1', 'EX', tonumber(ARGV[6]))
+  redis.call('SET', KEYS[3], '1')
+  return 'open'
+end
+return 'closed'
+"""
+
+_ACQUIRE_CALLER = """
+-- KEYS: in-flight count, token bucket; ARGV: max concurrency, in-flight ttl, now, rate, burst
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then return {0, 'concurrency'} end
+local now, rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local data = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
+local tokens = tonumber(data[1]) or burst
+local ts = tonumber(data[2]) or now
+tokens = math.min(burst, tokens + (now - ts) * rate)
+if tokens < 1 then return {0, 'rate', tostring((1 - tokens) / rate)} end
+redis.call('HSET', KEYS[2], 'tokens', tokens - 1, 'ts', now)
+redis.call('EXPIRE', KEYS[2], math.ceil(burst / rate) + 5)
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return {1, 'ok'}
+"""
+
+_RELEASE = "if redis.call('DECR', KEYS[1]) < 0 then redis.call('SET', KEYS[1], 0) end return 1"
+INFLIGHT_TTL_S = 600
+
+
+def _cfg(key: str):
+    return settings.REACH[key]
+
+
+def _script(name: str, body: str):
+    client = engine.redis()
+    scripts = getattr(client, "_reach_scripts", None)
+    if scripts is None:
+        scripts = client._reach_scripts = {}
+    if name not in scripts:
+        scripts[name] = client.register_script(body)
+    return scripts[name]
+
+
+def _breaker_keys(instance_id: int) -> tuple[str, str, str]:
+    base = f"reach:breaker:{instance_id}"
+    return f"{base}:open", f"{base}:tripped", f"{base}:probe"
+
+
+async def admit(instance) -> tuple[bool, float]:
+    """(admitted, seconds to wait before the instance has a token again: 0 when not rate-limited)."""
+    open_key, tripped_key, probe_key = _breaker_keys(instance.id)
+    rate = float(instance.max_qps)
+    burst = max(1.0, rate)
+    answer = await _script("admit", _ADMIT)(
+        keys=[open_key, tripped_key, probe_key, f"reach:bucket:instance:{instance.id}",
+              f"reach:inflight:instance:{instance.id}"],
+        args=[time.time(), rate, burst, int(instance.max_concurrency), max(5, int(_cfg("BREAKER_OPEN_S"))),
+              INFLIGHT_TTL_S])
+    if int(answer[0]) == 1:
+        return True, 0.0
+    reason = answer[1].decode() if isinstance(answer[1], bytes) else answer[1]
+    return False, float(answer[2]) if reason == "rate" else 0.0
+
+
+async def settle(instance, version_id: int, *, ok: bool, latency_ms: float | None) -> str:
+    """Release the slot, count the outcome; returns the breaker state after it."""
+    open_key, tripped_key, probe_key = _breaker_keys(instance.id)
+    state = await _script("settle", _SETTLE)(
+        keys=[open_key, probe_key, tripped_key, f"reach:inflight:instance:{instance.id}", f"reach:lat:{version_id}"],
+        args=[int(time.time()), int(_cfg("BREAKER_WINDOW_S")), "1" if ok else "0", int(_cfg("BREAKER_MIN_REQUESTS")),
+              float(_cfg("BREAKER_FAILURE_RATE")), int(_cfg("BREAKER_OPEN_S")),
+              "" if latency_ms is None else str(round(latency_ms, 1)), f"reach:breaker:{instance.id}"])
+    return state.decode() if isinstance(state, bytes) else state
+
+
+async def caller_acquire(caller_id) -> tuple[str, float]:
+    """Take a slot of the caller's concurrency quota and a token of its rate quota: ('ok', 0), or the quota
+    refused ('concurrency' | 'rate') with the seconds to wait."""
+    key = f"caller:{caller_id}"
+    rate = float(_cfg("CALLER_MAX_QPS"))
+    answer = await _script("caller", _ACQUIRE_CALLER)(
+        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}"],
+        args=[int(_cfg("CALLER_MAX_CONCURRENCY")), INFLIGHT_TTL_S, time.time(), rate, max(1.0, rate)])
+    reason = answer[1].decode() if isinstance(answer[1], bytes) else answer[1]
+    if reason == "rate":
+        return reason, float(answer[2])
+    return reason, 1.0 if reason == "concurrency" else 0.0
+
+
+async def caller_release(caller_id) -> None:
+    await _script("release", _RELEASE)(keys=[f"reach:inflight:caller:{caller_id}"], args=[])
+
+
+async def latency_samples(version_id: int) -> list[float]:
+    return [float(x) for x in await engine.redis().lrange(f"reach:lat:{version_id}", 0, 199)]
+
+
+async def in_flight(instance_ids: list[int]) -> list[int]:
+    if not instance_ids:
+        return []
+    values = await engine.redis().mget([f"reach:inflight:instance:{i}" for i in instance_ids])
+    return [int(v or 0) for v in values]

@@ -1,0 +1,447 @@
+"""The invoke path, in call order: admit -> resolve -> execute -> record.
+
+Every way a task runs comes through ``run``: a sync invoke (the ASGI fast lane or the DRF view), an async task
+in a worker (``run_queued``), a confirmation, a retry after a refusal, a re-dispatch from the review queue and
+a schedule's firing (both async tasks). The agent calls and every wait are awaited on the engine loop
+(``reach_platform.engine``); the few database statements (the claim, the outcome) run in its database threads.
+
+    invoke()            claim the request_id (one INSERT) or answer a repeat of it (_repeat)
+    run()
+      admit             the caller's concurrency and rate quotas (one Redis round trip)
+      _plan()           resolve, the loop guard and the budget; async runs checkpoint RUNNING
+      gateway.execute   the attempt loop over the candidates (awaited)
+      _record()         outcome, timeline, attempts and cost entries in one compare-and-set transaction
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ledger.services import Price, budget_check, cost_entry_for
+from reach_platform import engine, tracing
+from reach_platform.errors import (
+    ApplicationError,
+    Conflict,
+    InvalidInput,
+    PaymentRequired,
+    TooManyRequests,
+)
+from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
+from routing import admission, gateway, resolver, snapshot, waiting
+from routing.callbacks import check_callback_url
+from routing.choices import Decision, ReviewReason, TaskStatus
+from routing.models import AgentSession, Attempt, Task, TaskEvent
+from routing.transitions import Timeline
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class InvokeHeaders:
+    """What a nested call carries from the agent that makes it."""
+
+    depth: int = 0
+    call_path: tuple[str, ...] = ()
+    retry_budget: int | None = None
+    trace_id: str = ""
+    traceparent: str = ""
+    parent_request_id: str = ""
+
+
+def _reach(key: str):
+    return settings.REACH[key]
+
+
+def _trace_from(headers: InvokeHeaders) -> str:
+    if headers.trace_id:
+        return headers.trace_id[:64]
+    if headers.traceparent and len(headers.traceparent.split("-")) == 4:
+        return headers.traceparent.split("-")[1]
+    return uuid.uuid4().hex
+
+
+# --- invoke: claim or repeat ------------------------------------------------------------------------------
+
+def task_fields(*, caller, payload: dict, task: str | None = None, capability: str | None = None,
+                request_id: str | None = None, mode: str = "sync", callback_url: str = "", top_k: int | None = None,
+                user_key: str = "", action: str | None = None, domains: list[str] | None = None,
+                cost_preference: float = 0.0, headers: InvokeHeaders | None = None,
+                redispatch_of: str = "") -> dict:
+    """The new task's columns, after the checks that need no database."""
+    headers = headers or InvokeHeaders()
+    if headers.depth >= _reach("MAX_DEPTH"):
+        raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
+                           code="depth_exceeded")
+    budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
+                                                                            _reach("RETRY_BUDGET"))
+    return dict(
+        request_id=request_id or uuid.uuid4().hex, caller=caller, mode=mode, capability_requested=capability or "",
+        task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
+        top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
+        call_path=list(headers.call_path), trace_id=_trace_from(headers), parent_request_id=headers.parent_request_id,
+        deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
+        options={"action": action, "domains": domains, "cost_preference": cost_preference,
+                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {})})
+
+
+def claim(fields: dict) -> tuple[Task, bool]:
+    """Insert the task: the unique request_id makes this the claim that lets exactly one of concurrent
+    duplicates run. Returns (task, created); a duplicate gets the existing task. An async task is queued for a
+    worker in the same transaction (sent when it commits); a sync task's PENDING event is written with the
+    rest of its timeline when its run ends (one transaction fewer)."""
+    if fields["callback_url"]:
+        check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
+    try:
+        with transaction.atomic():
+            row = Task.objects.create(**fields)
+            if row.mode == "async":
+                TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+                from routing.tasks import execute_task
+
+                transaction.on_commit(lambda: execute_task.delay(row.pk))
+        return row, True
+    except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
+        return Task.objects.get(request_id=fields["request_id"]), False
+
+
+async def invoke(*, caller, payload: dict, confirm: str | None = None, **options) -> Task:
+    """A caller's request: claimed, then run now (sync) or by a worker (async). A repeat of a request_id never
+    executes twice."""
+    headers = options.get("headers") or InvokeHeaders()
+    fields = task_fields(caller=caller, payload=payload, **options)
+    row, created = await engine.db(claim, fields)
+    if not created:
+        return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent)
+    if row.mode == "async":
+        return row
+    pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+    return await run(row, events=[pending], traceparent=headers.traceparent)
+
+
+def task_invoke(*, caller, payload: dict, **options) -> Task:
+    """``invoke`` for sync code (the DRF view, schedules, the review queue, the shell). An async task is only
+    claimed, in the caller's thread and transaction; a sync one runs on the engine loop."""
+    if options.get("mode", "sync") == "async" and not options.get("confirm"):
+        options.pop("confirm", None)
+        row, created = claim(task_fields(caller=caller, payload=payload, **options))
+        return row
+    if connection.in_atomic_block:
+        raise RuntimeError("a sync invoke runs its database work on the engine's threads: call it outside a "
+                           "transaction")
+    return engine.run(invoke(caller=caller, payload=payload, **options))
+
+
+def _refusal(exc: ApplicationError) -> dict:
+    """The error of a task refused before any agent was called (bad input, quota, budget, cycle): marked so that
+    the caller's retry with the same request_id runs again instead of receiving the refusal for good."""
+    return {"code": exc.code, "message": exc.message, "refused": True, "http_status": exc.status_code}
+
+
+async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str) -> Task:
+    """A request_id seen before: never execute twice. A refused sync request (nothing ran) runs again, as a
+    retry after a 429 must; a confirmation runs the chosen candidate; otherwise the repeat waits on the event
+    loop for the outcome (bounded) and answers with it. Repeats count against the caller's quotas."""
+    if row.caller_id and caller is not None and row.caller_id != caller.pk:
+        raise Conflict("This request_id belongs to another caller.", code="request_id_conflict")
+    await _admit_caller(row.caller_id)
+    try:
+        if row.mode == "sync" and row.status == TaskStatus.FAILED and (row.error or {}).get("refused"):
+            retried = await engine.db(_reopen_refused, row)
+            if retried is not None:
+                return await run(retried, traceparent=traceparent, quota_held=True)
+        if confirm and row.status == TaskStatus.NEEDS_CONFIRMATION:
+            confirmed = await engine.db(_confirm, row, confirm)
+            if confirmed is not None:
+                return await run(confirmed, traceparent=traceparent, quota_held=True)
+        if row.mode != "sync":
+            return row
+        return await waiting.until_settled(row, timeout=float(_reach("DUPLICATE_WAIT_S")))
+    finally:
+        await admission.caller_release(row.caller_id)
+
+
+def _reopen_refused(row: Task) -> Task | None:
+    timeline = Timeline(row)
+    refused = row.error or {}
+    timeline.move(TaskStatus.PENDING, retried_after=refused.get("code"))
+    row.error = None
+    if timeline.commit(fields=["error"], guard={"error__refused": True}):
+        return row
+    return None  # another retry took it: the caller waits for that one
+
+
+def _confirm(row: Task, choice: str) -> Task | None:
+    allowed = {c["capability"] for c in row.decision.get("candidates", [])}
+    if choice not in allowed:
+        raise InvalidInput(f"'{choice}' is not one of the candidates: {', '.join(sorted(allowed))}.")
+    timeline = Timeline(row)
+    timeline.move(TaskStatus.PENDING, confirmed=choice)
+    row.capability_requested = choice
+    return row if timeline.commit(fields=["capability_requested"]) else None
+
+
+# --- the worker's entry -----------------------------------------------------------------------------------
+
+def _lease(task_id: int):
+    """Claim an async task with a lease. Workers ack late, so a worker killed mid-task gets its message
+    redelivered: while the lease runs a redelivery does nothing; after it the task is resumed, unless the lost
+    run had already called a non-idempotent capability (which may have run): that task fails, never runs
+    twice. Returns the task to run, or its status when there is nothing to run."""
+    now = timezone.now()
+    lease = timedelta(seconds=_reach("TASK_LEASE_S"))
+    claimed = (Task.objects.filter(pk=task_id, status__in=(TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING))
+               .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - lease)).update(claimed_at=now))
+    if not claimed:
+        return "claimed or settled"
+    row = Task.objects.get(pk=task_id)
+    if row.status == TaskStatus.PENDING:
+        return row
+    timeline = Timeline(row)  # a run was lost with its worker
+    if (row.options or {}).get("non_idempotent_started"):
+        timeline.move(TaskStatus.FAILED, error="worker_lost")
+        row.error = {"code": "worker_lost", "message": "the worker was lost during a call to a non-idempotent "
+                                                       "capability; it is not run again"}
+        timeline.commit(fields=["error"])
+        return row.status
+    timeline.note(resumed="worker lost; running again")
+    TaskEvent.objects.bulk_create(timeline.events)
+    return row
+
+
+async def run_queued(task_id: int) -> str:
+    """Carry out an async task in a worker: the same path as a sync invoke."""
+    row = await engine.db(_lease, task_id)
+    if isinstance(row, str):
+        return row
+    try:
+        row = await run(row, traceparent=(row.options or {}).get("traceparent", ""))
+    except ApplicationError as exc:  # already recorded on the task by run
+        return exc.code
+    return row.status
+
+
+# --- run: admit -> resolve -> execute -> record ----------------------------------------------------------
+
+@dataclass
+class Plan:
+    row: Task
+    timeline: Timeline
+    candidates: list
+    ctx: gateway.CallContext | None = None
+    session: AgentSession | None = None
+
+
+async def _admit_caller(caller_id) -> None:
+    refused, wait = await admission.caller_acquire(caller_id)
+    if refused == "ok":
+        return
+    QUOTA_REFUSALS.labels(scope="caller").inc()
+    if refused == "concurrency":
+        raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
+                              code="caller_concurrency")
+    raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
+
+
+async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False) -> Task:
+    timeline = Timeline(row, events=events)
+    try:
+        if not quota_held:
+            await _admit_caller(row.caller_id)
+    except ApplicationError as exc:
+        await engine.db(_refuse, timeline, exc)
+        raise
+    try:
+        try:
+            plan = await engine.db(_plan, row, timeline, traceparent)
+        except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
+            await engine.db(_refuse, timeline, exc)
+            raise
+        if plan.ctx is None:
+            return plan.row
+        try:
+            execution = await gateway.execute(candidates=plan.candidates, payload=row.payload, ctx=plan.ctx)
+        except ApplicationError as exc:  # every capable agent at capacity, nothing called
+            await engine.db(_refuse, timeline, exc)
+            raise
+        except BaseException:
+            await asyncio.shield(engine.db(_crashed, timeline))
+            raise
+        return await asyncio.shield(engine.db(_record, plan, execution))
+    finally:
+        if not quota_held:
+            await asyncio.shield(admission.caller_release(row.caller_id))
+
+
+def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
+    """Resolve (in this database thread: embedding a text is CPU work, and the routing snapshot may be reloaded
+    from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run."""
+    options = row.options or {}
+    with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
+            "reach.resolve", context=tracing.parent_context(traceparent),
+            attributes={"reach.request_id": row.request_id}):
+        resolution = resolver.resolve(task=row.task_text or None, capability=row.capability_requested or None,
+                                      payload=row.payload, action=options.get("action"),
+                                      domains=options.get("domains"), top_k=row.top_k,
+                                      cost_preference=options.get("cost_preference") or 0.0)
+    row.decision = resolution.as_dict()
+    row.text_hash = resolution.text_hash
+    if resolution.decision == Decision.CONFIRM:
+        timeline.move(TaskStatus.NEEDS_CONFIRMATION, score=row.decision["score"])
+        _commit_run(row, timeline)
+        return Plan(row, timeline, [])
+    if resolution.decision == Decision.MANUAL_REVIEW:
+        timeline.move(TaskStatus.MANUAL_REVIEW, score=row.decision["score"],
+                      reason=row.decision["reasons"][0] if row.decision["reasons"] else "")
+        row.review_reason = ReviewReason.LOW_SCORE
+        _commit_run(row, timeline, opens_review=True)
+        return Plan(row, timeline, [])
+    # loop guard: an agent already on the call path may not be called again (A -> B -> A)
+    path = set(row.call_path)
+    candidates = [c.version for c in resolution.candidates if c.version.agent not in path]
+    if not candidates:
+        raise Conflict(f"Call cycle refused: {' -> '.join([*row.call_path, resolution.candidates[0].version.agent])}.",
+                       code="cycle_detected")
+    if resolution.decision == Decision.EXECUTE and not row.capability_requested:
+        candidates = candidates[: row.top_k]
+    try:
+        warnings = budget_check(caller_id=row.caller_id, team_slugs=[c.team for c in candidates])
+    except PaymentRequired as exc:
+        BUDGET_REFUSALS.labels(scope=(exc.details or {}).get("scope", "?")).inc()
+        raise
+    if warnings:
+        row.decision["budget_warnings"] = warnings
+    timeline.move(TaskStatus.ROUTED, agent=candidates[0].agent, capability=candidates[0].capability)
+    timeline.move(TaskStatus.RUNNING)
+    if row.mode == "async":  # persist RUNNING before calling agents: a lost worker's run is resumed or failed
+        row.options = {**options, "non_idempotent_started": any(not c.idempotent for c in candidates)}
+        if not timeline.commit(fields=["options", "decision", "text_hash"]):
+            return Plan(row, timeline, [])  # settled meanwhile (reaped, cancelled): nothing to call
+    session = _open_session(row, candidates[0].agent) if row.user_key else None
+    ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
+                              call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
+                              traceparent=traceparent, sticky_instance_id=session.instance_id if session else None)
+    return Plan(row, timeline, candidates, ctx, session)
+
+
+def _record(plan: Plan, execution: gateway.Execution) -> Task:
+    row, timeline = plan.row, plan.timeline
+    if plan.session is not None and execution.instance:
+        AgentSession.objects.filter(pk=plan.session.pk).update(instance_id=execution.instance.id,
+                                                               last_activity_at=timezone.now())
+    row.retry_budget = execution.budget_left
+    row.fallback = execution.fallback
+    if execution.version:
+        row.version_id = execution.version.id
+        row.agent_endpoint = execution.version.agent
+        row.capability_label = f"{execution.version.capability}@{execution.version.version}"
+    if execution.instance:
+        row.instance_id = execution.instance.id
+    attempts = execution.attempts
+    if execution.ok and execution.accepted:
+        timeline.move(TaskStatus.ACCEPTED)
+        return _commit_run(row, timeline, attempts=attempts)
+    if execution.ok:
+        row.result = execution.result
+        timeline.move(TaskStatus.SUCCEEDED, **({"fallback": True} if execution.fallback else {}))
+        return _commit_run(row, timeline, attempts=attempts)
+    row.review_reason = ReviewReason.ALL_FAILED  # every candidate failed: a person may still answer it
+    row.error = execution.error
+    timeline.move(TaskStatus.FAILED, error=(execution.error or {}).get("code"))
+    return _commit_run(row, timeline, attempts=attempts, opens_review=True)
+
+
+def _refuse(timeline: Timeline, exc: ApplicationError) -> Task:
+    row = timeline.task
+    row.error = _refusal(exc)
+    timeline.move(TaskStatus.FAILED, error=exc.code)
+    return _commit_run(row, timeline)
+
+
+def _crashed(timeline: Timeline) -> Task:
+    row = timeline.task
+    row.error = {"code": "gateway_error", "message": "unexpected error"}
+    timeline.move(TaskStatus.FAILED, error="gateway_error")
+    return _commit_run(row, timeline)
+
+
+# The columns a run changes. The others are written at creation or by compare-and-set updates elsewhere (a
+# worker's claim, a confirmation), which saving every column from this process's copy could overwrite.
+RUN_FIELDS = ["decision", "text_hash", "review_reason", "retry_budget", "fallback", "version", "agent_endpoint",
+              "capability_label", "instance", "result", "error", "attempts_count", "options"]
+
+
+def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: bool = False) -> Task:
+    """Write the run's outcome through the state machine. When the task moved meanwhile (the reaper failed it,
+    a person answered it), the outcome is discarded, but the attempts and their cost are kept: the agent was
+    called."""
+    records = [Attempt(task=row, number=a.number, version_id=a.version_id, instance_id=a.instance_id,
+                       started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,
+                       status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
+                       usage=a.usage) for a in attempts]
+    costs = _cost_entries(row, attempts)
+    row.attempts_count = len(attempts)
+    outcome = row.status
+    if not timeline.commit(fields=RUN_FIELDS, attempts=records, cost_entries=costs, opens_review=opens_review):
+        with transaction.atomic():
+            TaskEvent.objects.create(task=row, at=timezone.now(), from_status=row.status, to_status=row.status,
+                                     detail={"discarded_outcome": outcome})
+            Attempt.objects.bulk_create(records)
+            if costs:
+                from ledger.services import cost_entries_record
+
+                cost_entries_record(entries=costs)
+        logger.warning("late outcome discarded", extra={"request_id": row.request_id, "status": row.status,
+                                                        "discarded": outcome})
+        return row
+    INVOKES.labels(outcome=row.status, agent=row.agent_endpoint or "-").inc()
+    logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
+                                          "status": row.status, "decision": row.decision.get("decision"),
+                                          "agent": (row.decision.get("candidates") or [{}])[0].get("agent")})
+    return row
+
+
+def _cost_entries(row: Task, attempts: list) -> list:
+    """One ledger entry per attempt, priced from the routing snapshot (no query)."""
+    if not attempts:
+        return []
+    versions = snapshot.last().versions  # the snapshot that resolved this request: no Redis round trip
+    entries = []
+    for a in attempts:
+        info = versions.get(a.version_id)
+        if info is None:
+            continue
+        price = Price(agent=info.agent, team=info.team, model_name=info.model_name,
+                      price_in=Decimal(info.price_in), price_out=Decimal(info.price_out),
+                      cost_per_call=Decimal(str(info.cost_per_call)), avg_tokens=info.avg_tokens)
+        entries.append(cost_entry_for(price=price, request_id=row.request_id, caller_id=row.caller_id,
+                                      version_id=a.version_id, instance_id=a.instance_id, outcome=a.outcome,
+                                      usage=a.usage, latency_ms=a.latency_ms, number=a.number, is_retry=a.is_retry,
+                                      is_fallback=a.is_fallback, at=a.started_at))
+    return entries
+
+
+def _open_session(row: Task, agent: str) -> AgentSession:
+    """The caller's open session with ``agent`` for this user_key (opened when there is none)."""
+    now = timezone.now()
+    session = AgentSession.objects.filter(caller_id=row.caller_id, user_key=row.user_key, agent_endpoint=agent,
+                                          closed_at__isnull=True).first()
+    if session is None:
+        try:
+            with transaction.atomic():
+                session = AgentSession.objects.create(caller_id=row.caller_id, user_key=row.user_key,
+                                                      agent_endpoint=agent, last_activity_at=now)
+        except IntegrityError:  # opened concurrently
+            session = AgentSession.objects.get(caller_id=row.caller_id, user_key=row.user_key,
+                                               agent_endpoint=agent, closed_at__isnull=True)
+    return session
+

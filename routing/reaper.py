@@ -1,0 +1,35 @@
+"""Housekeeping on a timer (Celery beat): tasks stuck past their deadline, idle sessions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from routing.choices import IN_FLIGHT, TaskStatus
+from routing.models import AgentSession, Task
+from routing.transitions import Timeline
+
+
+def tasks_reap(*, now=None) -> int:
+    """Fail tasks stuck past their deadline (a lost worker, an async agent that never reported), with the state
+    they were stuck in on the timeline, and fire their callbacks. A late outcome after this is discarded by
+    the state machine. Returns how many were reaped."""
+    now = now or timezone.now()
+    reaped = 0
+    for row in Task.objects.filter(status__in=IN_FLIGHT, deadline_at__lt=now):
+        stuck_in = row.status
+        timeline = Timeline(row)
+        timeline.move(TaskStatus.FAILED, reason=f"deadline passed while {stuck_in}")
+        row.error = {"code": "deadline_exceeded", "message": f"no outcome by the deadline (stuck {stuck_in})"}
+        reaped += timeline.commit(fields=["error"])
+    return reaped
+
+
+def sessions_close_idle(*, now=None) -> int:
+    """Close sessions idle for SESSION_IDLE_S (30 min): their instance binding is released."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.REACH["SESSION_IDLE_S"])
+    return AgentSession.objects.filter(closed_at__isnull=True, last_activity_at__lt=cutoff).update(
+        closed_at=now, close_reason="idle")

@@ -100,7 +100,7 @@ def register_descriptor_folder(folder) -> list:
 
 
 def serve_gateway(db_name: str, port: int, **env_overrides: str):
-    """Start the gateway as production serves it (gunicorn, reach_platform/gunicorn.conf.py) on ``db_name`` and
+    """Start the gateway as production serves it (reach_platform.serving.web_command: uvicorn) on ``db_name`` and
     wait until it answers. Returns the process (its own session: stop it with os.killpg) and its base URL."""
     import subprocess
     import time
@@ -111,9 +111,10 @@ def serve_gateway(db_name: str, port: int, **env_overrides: str):
     base = Path(__file__).resolve().parent.parent
     env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME=db_name, REDIS_URL=settings.REDIS_URL,
                DEBUG="false", LOG_LEVEL="WARNING", **env_overrides)
-    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "reach_platform.wsgi", "-c",
-                            "reach_platform/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}"],
-                           cwd=base, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    from reach_platform.serving import web_command
+
+    web = subprocess.Popen(web_command("127.0.0.1", port), cwd=base, env=env, start_new_session=True,
+                           stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:
@@ -231,3 +232,30 @@ class CpuMeter:
         self._sample()
         hz = os.sysconf("SC_CLK_TCK")
         return {name: round(ticks / hz * 1000 / max(requests, 1), 2) for name, ticks in self._totals.items()}
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    out.append(int(entry.name))
+            except OSError:
+                pass
+    return out
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_mb(pgid: int) -> dict[str, float]:
+    """Peak resident memory (VmHWM, MB) of every process of a process group, by pid."""
+    return {str(pid): value for pid in group_pids(pgid) if (value := rss_mb(pid, "VmHWM")) is not None}

@@ -65,6 +65,13 @@ def cost_entries_record(*, entries: list[CostEntry]) -> None:
     if not entries:
         return
     CostEntry.objects.bulk_create(entries)
+    cost_counters_add(entries=entries)
+
+
+def cost_counters_add(*, entries: list[CostEntry]) -> None:
+    """Add written entries to the month-to-date counters that budgets read (one Redis round trip)."""
+    if not any(entry.cost for entry in entries):
+        return
     pipe = redis_client().pipeline()
     for entry in entries:
         if entry.cost:

@@ -1,6 +1,53 @@
+"""The ASGI application (served by uvicorn: see README "Serving").
+
+Django's ASGI application serves everything (admin, read API, agents' registration and callbacks), except the
+one hot path: ``POST /api/v1/invoke`` with a caller token goes to ``routing.api.fastlane``, which awaits the
+agent call on this server's event loop instead of holding Django's per-process sync thread for seconds.
+The server's loop becomes the engine loop of the process (``reach_platform.engine``).
+"""
+
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from reach_platform import engine  # noqa: E402  (after Django is set up)
+from routing.api import fastlane  # noqa: E402
+
+
+def _warm_up() -> None:
+    """Load the embedding models before the first request, not during it (a few seconds with torch), then keep
+    the start-up heap out of every garbage collection (otherwise each full collection walks the torch heap)."""
+    import gc
+
+    from registry.embedding import get_embedder
+
+    if os.environ.get("REACH_WARM_UP", "1") != "0":
+        get_embedder().encode(["warm up"])
+    gc.collect()
+    gc.freeze()
+
+
+async def _lifespan(receive, send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            engine.bind(asyncio.get_running_loop())
+            await asyncio.get_running_loop().run_in_executor(None, _warm_up)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def application(scope, receive, send):
+    if scope["type"] == "lifespan":
+        return await _lifespan(receive, send)
+    if not engine.on_loop():
+        engine.bind(asyncio.get_running_loop())
+    if fastlane.wants(scope):
+        return await fastlane.serve(scope, receive, send)
+    return await django_application(scope, receive, send)

@@ -53,9 +53,10 @@ def main() -> None:
         print(f"starting {name}: {' '.join(cmd)}", flush=True)
         procs.append(subprocess.Popen(cmd, cwd=BASE, env=env, start_new_session=True))
 
-    start("web", [PY, "-m", "gunicorn", "reach_platform.wsgi", "-c", "reach_platform/gunicorn.conf.py",
-                  "--bind", f"{host}:{port}"])
-    start("worker", [PY, "-m", "celery", "-A", "reach_platform", "worker", "-l", "warning", "--concurrency", "4"])
+    from reach_platform.serving import web_command, worker_command
+
+    start("web", web_command(host, port))
+    start("worker", worker_command())
     start("beat", [PY, "-m", "celery", "-A", "reach_platform", "beat", "-l", "warning"])
     for _ in range(100):
         try:

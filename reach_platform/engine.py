@@ -156,9 +156,15 @@ def db_pool() -> ThreadPoolExecutor:
 
 
 def _db_job(fn, args, kwargs):
+    import time
+
     from django.db import connection
 
-    connection.close_if_unusable_or_obsolete()
+    # Django checks this at each request's start and end; a pool thread does it per job, but only when there is
+    # something to check (``close_if_unusable_or_obsolete`` would also make the next query run a health check).
+    if connection.connection is not None and (connection.errors_occurred or (
+            connection.close_at is not None and time.monotonic() >= connection.close_at)):
+        connection.close_if_unusable_or_obsolete()
     return fn(*args, **kwargs)
 
 

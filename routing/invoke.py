@@ -376,8 +376,8 @@ def _crashed(timeline: Timeline) -> Task:
 
 # The columns a run changes. The others are written at creation or by compare-and-set updates elsewhere (a
 # worker's claim, a confirmation), which saving every column from this process's copy could overwrite.
-RUN_FIELDS = ["decision", "text_hash", "review_reason", "retry_budget", "fallback", "version", "agent_endpoint",
-              "capability_label", "instance", "result", "error", "attempts_count", "options"]
+RUN_FIELDS = ["decision", "text_hash", "review_reason", "retry_budget", "fallback", "version_id", "agent_endpoint",
+              "capability_label", "instance_id", "result", "error", "attempts_count", "options"]
 
 
 def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: bool = False) -> Task:

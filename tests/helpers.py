@@ -117,7 +117,8 @@ class AgentProcess:
 
 
 class WorkerProcess:
-    """A real Celery worker (prefork) on the test database and the test Redis database."""
+    """A real Celery worker, started as production starts it (reach_platform.serving.worker_command: a thread
+    pool over the process's engine loop), on the test database and the test Redis database."""
 
     def __init__(self, concurrency: int = 2, extra: list[str] | None = None):
         self.concurrency = concurrency
@@ -127,8 +128,10 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         from reach_platform.celery import app
 
-        cmd = [sys.executable, "-m", "celery", "-A", "reach_platform", "worker", "-l", "warning",
-               "--concurrency", str(self.concurrency), "--without-gossip", "--without-mingle", *self.extra]
+        from reach_platform.serving import worker_command
+
+        cmd = worker_command(concurrency=self.concurrency, extra=["--without-gossip", "--without-mingle",
+                                                                  *self.extra])
         self.proc = subprocess.Popen(cmd, cwd=BASE, env=subprocess_env(), start_new_session=True)
         wait_until(lambda: app.control.ping(timeout=0.5), timeout=60, message="celery worker to answer ping")
         return self

@@ -138,6 +138,8 @@ def make_handler(state: AgentState):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        protocol_version = "HTTP/1.1"  # keep-alive: a gateway's connection pool reuses its connections
+
         def setup(self):
             super().setup()
             # headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms
@@ -300,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         port = int((descriptor.get("server") or {}).get("port", 0)) + args.port_offset
         state = AgentState(descriptor, port, args.gateway, keys.get(endpoint_id, ""), args.host)
         state.faults.update(faults.get(endpoint_id, {}))
+        ThreadingHTTPServer.request_queue_size = 4096  # many callers connect at once (the default backlog is 5)
         server = ThreadingHTTPServer((args.host, port), make_handler(state))
         server.daemon_threads = True
         state.port = server.server_address[1]

@@ -6,7 +6,6 @@ from rest_framework.views import APIView
 
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from routing import lifecycle, resolver, selectors
-from routing.invoke import InvokeHeaders, task_invoke
 from routing.api.serializers import (
     CallbackInput,
     InvokeInput,
@@ -16,14 +15,15 @@ from routing.api.serializers import (
     task_output,
 )
 from routing.choices import TERMINAL, TaskStatus
+from routing.invoke import InvokeHeaders, task_invoke
 
 HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
                TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
                TaskStatus.PENDING: 202, TaskStatus.ROUTED: 202}
 
 
-def _int_header(request, name: str, default: int | None) -> int | None:
-    raw = request.headers.get(name)
+def _int_header(headers, name: str, default: int | None) -> int | None:
+    raw = headers.get(name)
     if raw is None:
         return default
     try:
@@ -32,6 +32,19 @@ def _int_header(request, name: str, default: int | None) -> int | None:
         from reach_platform.errors import InvalidInput
 
         raise InvalidInput(f"Header {name} must be an integer.")
+
+
+def invoke_headers(headers) -> InvokeHeaders:
+    """What a nested call carries (depth, call path, retry budget, trace), from the request's headers (any
+    case-insensitive mapping: Django's request.headers, or the ASGI lane's lower-cased dict)."""
+    return InvokeHeaders(
+        depth=_int_header(headers, "x-reach-depth", 0),
+        call_path=tuple(p for p in headers.get("x-reach-call-path", "").split(",") if p),
+        retry_budget=_int_header(headers, "x-reach-retry-budget", None),
+        trace_id=headers.get("x-reach-trace-id", ""),
+        traceparent=headers.get("traceparent", ""),
+        parent_request_id=headers.get("x-reach-parent-request-id", ""),
+    )
 
 
 class ResolveView(APIView):
@@ -50,15 +63,7 @@ class InvokeView(APIView):
     def post(self, request):
         data = InvokeInput(data=request.data)
         data.is_valid(raise_exception=True)
-        headers = InvokeHeaders(
-            depth=_int_header(request, "X-Reach-Depth", 0),
-            call_path=tuple(p for p in request.headers.get("X-Reach-Call-Path", "").split(",") if p),
-            retry_budget=_int_header(request, "X-Reach-Retry-Budget", None),
-            trace_id=request.headers.get("X-Reach-Trace-Id", ""),
-            traceparent=request.headers.get("traceparent", ""),
-            parent_request_id=request.headers.get("X-Reach-Parent-Request-Id", ""),
-        )
-        task = task_invoke(caller=request.user, headers=headers, **data.validated_data)
+        task = task_invoke(caller=request.user, headers=invoke_headers(request.headers), **data.validated_data)
         status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
         return Response(task_output(task), status=status)
 

@@ -1,0 +1,68 @@
+"""Slow agents: the example order agent answering after --latency-ms, called by N concurrent callers for D seconds
+directly and through POST /api/v1/invoke (sync), in one run.
+
+python bench/slow_agents.py [--latency-ms 2000] [--concurrency 256] [--seconds 20]
+
+The gateway is served as production serves it (reach_platform.serving: uvicorn, WEB_WORKERS processes) on its
+own database (reach_bench_slow). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms, added_p95_ms,
+errors, and the peak RSS (MB) of each gateway process. Targets (issue 11): ratio >= 0.9 and added p50 <= 30 ms
+at 256 callers, ratio >= 0.8 at 1,024, no errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import uuid
+
+from _common import peak_rss_mb, serve_gateway, setup_django, start_order_agent
+from _load import load
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency-ms", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--port", type=int, default=8766)
+    args = parser.parse_args()
+
+    setup_django("reach_bench_slow")
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    agents, agent_url = start_order_agent(port_offset=20100, faults={"latency_ms": args.latency_ms})
+    token = Token.objects.create(user=get_user_model().objects.create_user("bench-caller")).key
+    web, gateway = serve_gateway("reach_bench_slow", args.port, REACH_CALLER_MAX_QPS="100000",
+                                 REACH_CALLER_MAX_CONCURRENCY="100000", REACH_WARM_UP="0")
+    try:
+        body = lambda: {"capability": "order.query", "payload": {"order_id": "42"},  # noqa: E731
+                        "request_id": uuid.uuid4().hex}
+        auth = {"Authorization": f"Token {token}"}
+        load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=min(args.concurrency, 64), seconds=3)
+        direct = load(f"{agent_url}/invoke", body, concurrency=args.concurrency, seconds=args.seconds)
+        through = load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=args.concurrency,
+                       seconds=args.seconds)
+        rss = peak_rss_mb(web.pid)
+    finally:
+        for proc in (web, agents):
+            os.killpg(proc.pid, signal.SIGTERM)
+    figures = {
+        "latency_ms": args.latency_ms, "concurrency": args.concurrency, "seconds": args.seconds,
+        "direct_rps": round(direct.rps, 1), "gateway_rps": round(through.rps, 1),
+        "ratio": round(through.rps / direct.rps, 3) if direct.rps else None,
+        "direct_p50_ms": round(direct.pct(0.5), 1), "gateway_p50_ms": round(through.pct(0.5), 1),
+        "added_p50_ms": round(through.pct(0.5) - direct.pct(0.5), 1),
+        "added_p95_ms": round(through.pct(0.95) - direct.pct(0.95), 1),
+        "errors": direct.errors + through.errors, "direct_errors": direct.errors, "gateway_errors": through.errors,
+        "gateway_statuses": through.statuses, "gateway_peak_rss_mb": rss,
+    }
+    print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms")
+    print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  ratio {figures['ratio']}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""``POST /api/v1/invoke`` with a caller token, served on the event loop without Django's request cycle.
+
+Django under ASGI runs each sync middleware and every sync view in one thread per process, so an invoke that
+waits seconds on an agent would hold that thread for all requests of the process. This lane answers the same
+request with the same validation (``InvokeInput``), the same services and the same JSON as ``InvokeView``
+(which still serves session-authenticated callers), awaiting the agent call. A test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from decimal import Decimal
+
+from django.conf import settings
+from rest_framework.exceptions import ValidationError
+
+from reach_platform import engine
+from reach_platform.authentication import TOKEN_CACHE_SECONDS
+from reach_platform.errors import ApplicationError, _body
+from routing.api.serializers import InvokeInput, task_output
+from routing.api.views import HTTP_STATUS, invoke_headers
+from routing.choices import TERMINAL
+from routing.invoke import invoke
+
+logger = logging.getLogger(__name__)
+PATH = "/api/v1/invoke"
+_users: dict[str, tuple[float, object]] = {}
+
+
+def wants(scope) -> bool:
+    """Whether this lane serves the request: an invoke with a caller token (other credentials go to Django)."""
+    if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
+        return False
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return value[:6].lower() == b"token "
+    return False
+
+
+def _token_user(key: str):
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.select_related("user").filter(key=key).first()
+    if token is None or not token.user.is_active:
+        return None
+    return token.user
+
+
+async def _caller(key: str):
+    hit = _users.get(key)
+    now = time.monotonic()
+    if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
+        return hit[1]
+    user = await engine.db(_token_user, key)
+    if user is not None:
+        if len(_users) > 10000:
+            _users.clear()
+        _users[key] = (now, user)
+    return user
+
+
+def _default(value):
+    if isinstance(value, Decimal):
+        return float(value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+async def _respond(send, status: int, body, headers: dict | None = None) -> None:
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=_default).encode()
+    out = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    out += [(k.lower().encode(), str(v).encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _read_body(receive, limit: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"\x00too-large"
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def serve(scope, receive, send) -> None:
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+    raw = await _read_body(receive, int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+    if raw is None:
+        return
+    if raw == b"\x00too-large":
+        return await _respond(send, 413, _body("too_large", "The request body is over the size limit."))
+    caller = await _caller(headers["authorization"].split(None, 1)[1].strip() if " " in headers["authorization"]
+                           else "")
+    if caller is None:
+        return await _respond(send, 401, _body("authentication_failed", "Invalid token."),
+                              {"WWW-Authenticate": "Token"})
+    try:
+        try:
+            data = json.loads(raw or b"{}")
+        except (ValueError, RecursionError) as exc:
+            return await _respond(send, 400, _body("bad_json", f"The request body is not valid JSON: {exc}"))
+        form = InvokeInput(data=data if isinstance(data, dict) else {"payload": data})
+        if not form.is_valid():
+            return await _respond(send, 400, _body("invalid", "The request body is not valid.", form.errors))
+        task = await invoke(caller=caller, headers=invoke_headers(headers), **form.validated_data)
+    except ValidationError as exc:
+        return await _respond(send, 400, _body("invalid", "The request body is not valid.", exc.detail))
+    except ApplicationError as exc:
+        return await _respond(send, exc.status_code, _body(exc.code, exc.message, exc.details), exc.headers)
+    except Exception:
+        logger.exception("invoke failed")
+        return await _respond(send, 500, _body("server_error", "Internal error."))
+    status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
+    await _respond(send, status, task_output(task))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -256,7 +257,7 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
     timeline = Timeline(row, events=events)
     try:
         if not quota_held:
-            await _admit_caller(row.caller_id)
+            await _queued(row, lambda: _admit_caller(row.caller_id))
     except ApplicationError as exc:
         await engine.db(_refuse, timeline, exc)
         raise
@@ -269,7 +270,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         if plan.ctx is None:
             return plan.row
         try:
-            execution = await gateway.execute(candidates=plan.candidates, payload=row.payload, ctx=plan.ctx)
+            execution = await _queued(row, lambda: gateway.execute(candidates=plan.candidates, payload=row.payload,
+                                                                   ctx=plan.ctx))
         except ApplicationError as exc:  # every capable agent at capacity, nothing called
             await engine.db(_refuse, timeline, exc)
             raise
@@ -280,6 +282,18 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
     finally:
         if not quota_held:
             await asyncio.shield(admission.caller_release(row.caller_id))
+
+
+async def _queued(row: Task, attempt):
+    """A sync caller hears 429 + Retry-After at once when a quota or every capable agent is full; an async task
+    waits its turn instead (backing off with jitter) until its deadline."""
+    while True:
+        try:
+            return await attempt()
+        except TooManyRequests as exc:
+            if row.mode != "async" or (row.deadline_at and timezone.now() >= row.deadline_at):
+                raise
+            await asyncio.sleep(min(float(exc.retry_after), 1.0) * random.uniform(0.2, 1.0))
 
 
 def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:

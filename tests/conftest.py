@@ -77,3 +77,20 @@ def api(user):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client
+
+
+@pytest.fixture
+def gateway_nodes():
+    """Start gateway nodes (uvicorn process groups on their own ports) sharing the test PostgreSQL and Redis."""
+    from tests.helpers import GatewayProcess
+
+    started: list[GatewayProcess] = []
+
+    def start(n: int = 1, **env: str) -> list[GatewayProcess]:
+        nodes = [GatewayProcess(**env).start() for _ in range(n)]
+        started.extend(nodes)
+        return nodes
+
+    yield start
+    for node in started:
+        node.stop()

@@ -30,7 +30,7 @@ def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1, message:
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {message() if callable(message) else message}")
 
 
 def subprocess_env() -> dict:
@@ -147,5 +147,41 @@ class WorkerProcess:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class GatewayProcess:
+    """The gateway served as production serves it (reach_platform.serving.web_command: uvicorn) on the test
+    database and the test Redis database, on a free port: one node of a multi-node deployment."""
+
+    def __init__(self, workers: int = 1, **env: str):
+        self.workers = workers
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> GatewayProcess:
+        from reach_platform.serving import web_command
+
+        env = {**subprocess_env(), "REACH_WARM_UP": "0", "DEBUG": "false", **self.env}
+        self.proc = subprocess.Popen(web_command("127.0.0.1", self.port, workers=self.workers), cwd=BASE, env=env,
+                                     start_new_session=True)
+
+        def up():
+            try:
+                return httpx.get(f"{self.url}/admin/login/", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout=60, message="gateway node to answer")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from registry.models import Instance
+from registry.models import CapabilityVersion, Instance
 from routing import breaker, snapshot
 from routing.models import Task
 from tests.helpers import WorkerProcess, wait_until
@@ -92,6 +92,7 @@ def test_two_workers_share_the_async_queue_and_run_each_task_once(user, running_
 def test_repeats_of_an_in_flight_request_wait_without_holding_the_node(user, running_agents, gateway_nodes):
     agents = running_agents(["order-agent"])
     agents.set_faults("order-agent", latency_ms=3000)
+    CapabilityVersion.objects.filter(capability__name="order.query").update(p95_latency_ms=4000)  # timeout 6 s
     (node,) = gateway_nodes(1, REACH_CALLER_MAX_CONCURRENCY="16")
     auth = _auth(user)
 

@@ -153,7 +153,7 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
         if line.strip() == "ready":
             break
     Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id=instance_id,
-                            url=f"{url}/invoke", max_concurrency=1000, max_qps=100000)
+                            url=f"{url}/invoke", max_concurrency=5000, max_qps=100000)
     snapshot.bump_generation()
     return proc, url
 

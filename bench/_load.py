@@ -63,17 +63,21 @@ class _Closed(Exception):
 
 
 async def run_load(url: str, body_for: Callable[[], dict], *, concurrency: int, seconds: float,
-                   headers: dict | None = None, ok_statuses=(200,), timeout: float = 60.0) -> LoadResult:
-    """``concurrency`` connections POST ``body_for()`` to ``url`` for ``seconds``."""
+                   headers: dict | None = None, ok_statuses=(200,), timeout: float = 60.0,
+                   count: int | None = None) -> LoadResult:
+    """``concurrency`` connections POST ``body_for()`` to ``url`` for ``seconds`` (or until ``count`` requests
+    were sent)."""
     parts = urlparse(url)
     host, port, path = parts.hostname, parts.port or 80, parts.path or "/"
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     result = LoadResult(seconds=seconds)
     stop_at = time.perf_counter() + seconds
+    sent = [0]
 
     async def one_connection():
         reader = writer = None
-        while time.perf_counter() < stop_at:
+        while time.perf_counter() < stop_at and (count is None or sent[0] < count):
+            sent[0] += 1
             try:
                 if writer is None:
                     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
@@ -91,7 +95,7 @@ async def run_load(url: str, body_for: Callable[[], dict], *, concurrency: int, 
                     result.latencies_ms.append(elapsed)
                 else:
                     result.errors += 1
-            except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (TimeoutError, OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
                 result.errors += 1
                 if writer is not None:
                     writer.close()

@@ -223,7 +223,7 @@ REACH = {
     # The event-loop core (reach_platform.engine): threads that run the ORM's statements for the loop, outbound
     # HTTP connections, Redis connections per process; how long a repeat of an in-flight request_id waits for
     # its outcome; polling of http-async agents' status URLs.
-    "DB_THREADS": int(env_float("REACH_DB_THREADS", 8)),
+    "DB_THREADS": int(env_float("REACH_DB_THREADS", 16)),
     "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
     "REDIS_CONNECTIONS": int(env_float("REACH_REDIS_CONNECTIONS", 64)),
     "DUPLICATE_WAIT_S": env_float("REACH_DUPLICATE_WAIT_S", 60),

@@ -150,7 +150,8 @@ def _after_move(task: Task, *, attempts, opens_review: bool) -> None:
         from routing.manual import settle_origin
 
         transaction.on_commit(lambda: settle_origin(task))
-    transaction.on_commit(lambda: announce(task.pk, task.status))
+    if task.mode == "sync":  # only repeats of sync requests wait for an outcome (routing.waiting)
+        transaction.on_commit(lambda: announce(task.pk, task.status))
 
 
 def announce(task_pk: int, status: str) -> None:

@@ -127,7 +127,6 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         from reach_platform.celery import app
-
         from reach_platform.serving import worker_command
 
         cmd = worker_command(concurrency=self.concurrency, extra=["--without-gossip", "--without-mingle",

@@ -160,7 +160,7 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
 
 class CpuMeter:
     """CPU seconds (user + system, all threads) spent by groups of processes while it runs, read from /proc
-    (Linux): e.g. the load generator (this process), the gateway (its gunicorn process group), the agent,
+    (Linux): e.g. the load generator (this process), the gateway (its uvicorn process group), the agent,
     PostgreSQL and Redis. Sampled every ``interval`` seconds so that processes that come and go (a database
     backend replaced after CONN_MAX_AGE) are counted up to their last sample."""
 

@@ -11,7 +11,7 @@ translate-a has latency spikes (8 % of calls take 25 s).
 One fixed-seed request stream, two modes in one run:
 - baseline: random choice among the agents that offer the capability, 20 s timeout, two blind retries per hop,
   no breaker, no fallback, no budget (the orchestrator calls a random search agent directly, likewise);
-- reach: POST /api/v1/invoke with the task text, the product as configured by default (gunicorn as the README
+- reach: POST /api/v1/invoke with the task text, the product as configured by default (uvicorn as the README
   recommends, a database of its own).
 Prints a table and, last, one JSON line {"baseline": {...}, "reach": {...}}.
 """

@@ -1,9 +1,9 @@
 """Gateway overhead: the same local example agent (answering after a fixed 20 ms), called directly with httpx and
 through POST /api/v1/invoke (sync), by N concurrent clients for D seconds each way, in one run.
 
-python bench/gateway_overhead.py [--concurrency 16] [--seconds 30] [--workers 2] [--threads 16]
+python bench/gateway_overhead.py [--concurrency 16] [--seconds 30] [--workers 2]
 
-The gateway is served as the README recommends for 2 cores (gunicorn, gthread, 2 workers x 16 threads) on its
+The gateway is served as production serves it (reach_platform.serving: uvicorn, --workers processes) on its
 own database (reach_bench_gateway). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms,
 added_p95_ms, concurrency, and the CPU milliseconds per request of each process group in each phase (load
 generator, gateway, agent, PostgreSQL, Redis): where the cores go.
@@ -63,7 +63,6 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
 
@@ -75,7 +74,7 @@ def main() -> None:
     user = get_user_model().objects.create_user("bench-caller")
     token = Token.objects.create(user=user).key
     web, gateway = serve_gateway("reach_bench_gateway", args.port, WEB_WORKERS=str(args.workers),
-                                 WEB_THREADS=str(args.threads), REACH_CALLER_MAX_QPS="100000",
+                                 REACH_WARM_UP="0", REACH_CALLER_MAX_QPS="100000",
                                  REACH_CALLER_MAX_CONCURRENCY="10000")
     try:
         payload = {"order_id": "42"}
@@ -109,7 +108,7 @@ def main() -> None:
         "errors": direct_err + gw_err, "concurrency": args.concurrency,
         # CPU milliseconds per request by process group, all threads (2 cores give 2,000 ms per second)
         "cpu_ms_per_request_direct": direct_cpu, "cpu_ms_per_request_gateway": gateway_cpu,
-        "workers": args.workers, "threads": args.threads,
+        "workers": args.workers,
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms  p95 {figures['direct_p95_ms']} ms")
     print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  p95 {figures['gateway_p95_ms']} ms")

@@ -1,7 +1,7 @@
 """``make run``: set up and start the whole platform locally; Ctrl-C stops every process it started.
 
 Steps: embedded services (when DATABASE_URL / REDIS_URL are unset), migrate, admin user, import examples/ as
-ACTIVE, issue the example agents' keys, then start the web server (gunicorn), a Celery worker, Celery beat and the
+ACTIVE, issue the example agents' keys, then start the web server (uvicorn), a Celery worker, Celery beat and the
 example agents (which register and heartbeat), and print the URLs.
 """
 

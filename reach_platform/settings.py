@@ -128,7 +128,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# WhiteNoise serves static files from the app server (gunicorn) without a separate web server.
+# WhiteNoise serves static files from the app server (uvicorn) without a separate web server.
 WHITENOISE_USE_FINDERS = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("REACH_MAX_BODY_BYTES", str(1024 * 1024)))
 

@@ -101,6 +101,23 @@ def test_only_the_agent_the_task_was_sent_to_may_report(api, live_server, runnin
     assert response.status_code == 403 and response.json()["error"]["code"] == "not_your_task"
 
 
+def test_a_key_of_the_same_endpoint_id_in_another_environment_may_not_report(api, live_server, running_agents):
+    """A staging key of the endpoint id the dev task was sent to: refused, and the task keeps its outcome."""
+    dev_key = allowlisted("ocr-agent", team="vision")
+    running_agents(["ocr-agent"], keys={"ocr-agent": dev_key}, faults={"ocr-agent": {"no_callback": True}})
+    api.post("/api/v1/invoke", {"capability": "ocr.extract", "payload": {"image_url": "x.png"},
+                                "request_id": "ocr-env"}, format="json")
+    assert _status("ocr-env") == "accepted"
+    staging = agent_client(allowlisted("ocr-agent", environment="staging", team="vision"))
+    forged = staging.post("/api/v1/tasks/ocr-env/callback", {"status": "succeeded", "result": {"forged": 1}},
+                          format="json")
+    assert forged.status_code == 403 and forged.json()["error"]["code"] == "not_your_task"
+    assert _status("ocr-env") == "accepted" and Task.objects.get(request_id="ocr-env").result is None
+    own = agent_client(dev_key).post("/api/v1/tasks/ocr-env/callback", {"status": "succeeded", "result": {"ok": 1}},
+                                     format="json")
+    assert own.status_code == 200 and _status("ocr-env") == "succeeded"
+
+
 def test_callback_delivered_once_after_two_failures_with_valid_signature(api, running_agents, receiver, user,
                                                                         celery_worker_proc):
     running_agents(["order-agent"])

@@ -1,0 +1,46 @@
+"""POST /api/v1/invoke under a caller token, served on the event loop by a real gateway node (uvicorn): the same
+answers as the DRF view, the same errors."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from rest_framework.authtoken.models import Token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORDER = {"capability": "order.query", "payload": {"order_id": "5"}}
+
+
+def test_the_lane_answers_as_the_task_api_reads_the_task(user, running_agents, gateway_nodes):
+    agents = running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    auth = {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+    body = httpx.post(f"{node.url}/api/v1/invoke", json={**ORDER, "request_id": "fl-1"}, headers=auth,
+                      timeout=30).json()
+    detail = httpx.get(f"{node.url}/api/v1/tasks/fl-1", headers=auth, timeout=30).json()
+    assert body["status"] == "succeeded" and body["agent"] == "order-agent"
+    assert body == {k: detail[k] for k in body}
+    assert [e["to_status"] for e in detail["events"]] == ["pending", "routed", "running", "succeeded"]
+    assert agents.stats("order-agent")["executions"]["fl-1"] == 1
+
+
+def test_the_lane_refuses_bad_requests_with_json(user, running_agents, gateway_nodes):
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1, REACH_MAX_BODY_BYTES="2000")
+    url = f"{node.url}/api/v1/invoke"
+    auth = {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+    cases = [
+        (httpx.post(url, json=ORDER, headers={"Authorization": "Token nope"}), 401, "authentication_failed"),
+        (httpx.post(url, content=b"{not json", headers={**auth, "Content-Type": "application/json"}), 400,
+         "bad_json"),
+        (httpx.post(url, json={"payload": {}}, headers=auth), 400, "invalid"),
+        (httpx.post(url, json={**ORDER, "mode": "later"}, headers=auth), 400, "invalid"),
+        (httpx.post(url, json={**ORDER, "payload": {"x": "y" * 5000}}, headers=auth), 413, "too_large"),
+        (httpx.post(url, json=ORDER, headers={**auth, "X-Reach-Depth": "x"}), 400, "invalid"),
+        (httpx.post(url, json={"capability": "no.such", "payload": {}}, headers=auth), 404, None),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/json"
+        if code:
+            assert response.json()["error"]["code"] == code

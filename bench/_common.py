@@ -113,8 +113,8 @@ def serve_gateway(db_name: str, port: int, **env_overrides: str):
                DEBUG="false", LOG_LEVEL="WARNING", **env_overrides)
     from reach_platform.serving import web_command
 
-    web = subprocess.Popen(web_command("127.0.0.1", port), cwd=base, env=env, start_new_session=True,
-                           stderr=subprocess.DEVNULL)
+    web = subprocess.Popen(web_command("127.0.0.1", port, workers=int(env.get("WEB_WORKERS", "2"))), cwd=base,
+                           env=env, start_new_session=True, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:

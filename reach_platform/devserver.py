@@ -1,7 +1,8 @@
 """``make run``: set up and start the whole platform locally; Ctrl-C stops every process it started.
 
-Steps: embedded services (when DATABASE_URL / REDIS_URL are unset), migrate, admin user, import examples/ as
-ACTIVE, issue the example agents' keys, then start the web server (gunicorn), a Celery worker, Celery beat and the
+Steps: DEBUG on (a development server; said on start), embedded services (when DATABASE_URL / REDIS_URL are
+unset), migrate, admin user, an example caller with its token, import examples/ as ACTIVE, issue the example
+agents' keys, then start the web server (gunicorn), a Celery worker, Celery beat and the
 example agents (which register and heartbeat), and print the URLs.
 """
 
@@ -20,11 +21,17 @@ BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def manage(*args: str) -> None:
-    subprocess.run([PY, "manage.py", *args], cwd=BASE, check=True)
+def manage(*args: str, capture: bool = False) -> str:
+    done = subprocess.run([PY, "manage.py", *args], cwd=BASE, check=True, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+    return (done.stdout or "").strip()
 
 
 def main() -> None:
+    # A development server: Django's debug pages and the local defaults. Deployments leave DEBUG off.
+    os.environ.setdefault("DEBUG", "true")
+    print(f"DEBUG={os.environ['DEBUG']} (make run is for development; see README 'Serving' for production)",
+          flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
     import django
 
@@ -41,7 +48,9 @@ def main() -> None:
     data = BASE / ".data"
 
     manage("migrate", "--no-input", "-v", "0")
-    manage("reach_ensure_admin")
+    admin_line = manage("reach_ensure_admin", capture=True)
+    caller = os.environ.get("REACH_EXAMPLE_CALLER", "example-caller")
+    caller_token = manage("reach_caller", caller, capture=True)
     manage("reach_setup_schedules")
     manage("reach_import", "examples/descriptors", "--activate")
     manage("reach_reembed", "--missing")  # ACTIVE versions an interrupted run left without vectors
@@ -63,10 +72,12 @@ def main() -> None:
                 break
         except httpx.HTTPError:
             time.sleep(0.2)
-    start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json")])
+    start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
+                     "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
 
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
-          f"  API       {gateway}/api/v1/\n(Ctrl-C stops everything)\n", flush=True)
+          f"  API       {gateway}/api/v1/\n  {admin_line}\n  Caller token ({caller}): {caller_token}\n"
+          f"(Ctrl-C stops everything)\n", flush=True)
 
     def stop(*_):
         for proc in procs:

@@ -380,3 +380,28 @@ def capability_version_draft_update(*, version: CapabilityVersion, actor, **fiel
     audit(action="version.edited", target=version, actor=actor, before=before,
           after=snapshot(version, [*fields, "state"]))
     return version
+
+
+# --- callers -----------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def caller_create(*, name: str, actor=None) -> tuple[object, str, bool]:
+    """A caller: a user without admin access holding an API token. Returns (user, token key, created); an existing
+    caller keeps its token (running this twice hands out the same one)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    if not name or len(name) > 150:
+        raise InvalidInput("A caller needs a name of 1 to 150 characters.", code="invalid_caller")
+    user, created = get_user_model().objects.get_or_create(username=name, defaults={"is_staff": False})
+    if user.is_staff or user.is_superuser:
+        raise Conflict(f"'{name}' is a person with admin access, not a caller; pick another name.",
+                       code="not_a_caller")
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    token, token_created = Token.objects.get_or_create(user=user)
+    if created or token_created:
+        audit(action="caller.created" if created else "caller.token_issued", target=user, actor=actor,
+              after={"username": name, "token_prefix": token.key[:6]})
+    return user, token.key, created

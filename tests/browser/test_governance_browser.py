@@ -14,7 +14,7 @@ from routing.models import Task
 from tests.browser.conftest import shot
 from tests.reviews.conftest import person
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_member_submits_reviewer_approves_and_sees_it_active(login, live_server, django_user_model):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from reach_platform.local_services import DATA_DIR
+
 BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
@@ -25,6 +27,20 @@ def manage(*args: str, capture: bool = False) -> str:
     done = subprocess.run([PY, "manage.py", *args], cwd=BASE, check=True, text=True,
                           stdout=subprocess.PIPE if capture else None)
     return (done.stdout or "").strip()
+
+
+def wait_for_agents(timeout: float = 60) -> None:
+    """Until every example agent has registered, so that the first call after "is up" finds them."""
+    from registry.models import AllowlistEntry, Instance  # after django.setup()
+
+    expected = set(AllowlistEntry.objects.values_list("endpoint_id", flat=True))
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        live = set(Instance.objects.filter(deregistered_at__isnull=True).values_list("agent__endpoint_id", flat=True))
+        if expected <= live:
+            return
+        time.sleep(0.5)
+    print(f"agents not registered after {timeout:.0f} s: {sorted(expected - live)}", flush=True)
 
 
 def main() -> None:
@@ -45,8 +61,7 @@ def main() -> None:
     host = os.environ.get("REACH_HOST", "127.0.0.1")
     port = os.environ.get("REACH_PORT", "8000")
     gateway = f"http://{host}:{port}"
-    data = BASE / ".data"
-
+    data = DATA_DIR
     manage("migrate", "--no-input", "-v", "0")
     admin_line = manage("reach_ensure_admin", capture=True)
     caller = os.environ.get("REACH_EXAMPLE_CALLER", "example-caller")
@@ -74,6 +89,7 @@ def main() -> None:
             time.sleep(0.2)
     start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
                      "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
+    wait_for_agents()
 
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
           f"  API       {gateway}/api/v1/\n  {admin_line}\n  Caller token ({caller}): {caller_token}\n"

@@ -50,7 +50,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "reach_platform.apps.ReachAdminConfig",  # django.contrib.admin, branded, the dashboard as index
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

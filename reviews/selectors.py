@@ -94,3 +94,9 @@ def version_diff(version: CapabilityVersion, base: CapabilityVersion | None) -> 
             profile.append({"field": name, "before": old, "after": new})
     return {"base": base, "lists": lists, "schemas": schemas, "profile": profile,
             "changed": bool(lists or schemas or profile)}
+
+
+def queue_summary() -> dict:
+    """How many items wait for a reviewer, and since when the oldest waits (for the dashboard)."""
+    waiting = queue_items(status="waiting")
+    return {"waiting": waiting.count(), "oldest": waiting.values_list("created_at", flat=True).first()}

@@ -42,10 +42,11 @@ def _script(name: str, body: str):
     return _scripts[name]
 
 
-def take_token(key: str, rate: float, burst: float | None = None) -> float:
-    """0 when a token was taken, else the seconds until one will be there."""
+def take_token(key: str, rate: float, burst: float | None = None, *, now: float | None = None) -> float:
+    """0 when a token was taken, else the seconds until one will be there (``now``: default the clock)."""
     burst = burst if burst is not None else max(1.0, rate)
-    return float(_script("bucket", _BUCKET)(keys=[f"reach:bucket:{key}"], args=[rate, burst, time.time()]))
+    return float(_script("bucket", _BUCKET)(keys=[f"reach:bucket:{key}"],
+                                             args=[rate, burst, time.time() if now is None else now]))
 
 
 def acquire(key: str, cap: int, ttl: int = 600) -> bool:

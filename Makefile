@@ -36,6 +36,7 @@ screenshots: install browser-deps
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 

@@ -90,8 +90,8 @@ def budgets_with_spend(*, team_slugs: list[str] | None = None) -> list[dict]:
     rows = []
     for budget in qs[:50]:
         spent, limit = month_spend(budget), float(budget.monthly_limit)
-        rows.append({"budget": budget, "scope": f"team {budget.team.slug}" if budget.team_id else
-                     f"caller {budget.caller}", "team": budget.team.slug if budget.team_id else "",
+        team = budget.team.slug if budget.team is not None else ""
+        rows.append({"budget": budget, "scope": f"team {team}" if team else f"caller {budget.caller}", "team": team,
                      "spent": spent, "limit": limit, "ratio": spent / limit if limit else 0.0,
                      "warn": budget.warn_ratio})
     return sorted(rows, key=lambda r: -r["ratio"])

@@ -145,16 +145,16 @@ def spend_rebuild(*, month: datetime | None = None) -> None:
     start = month.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     qs = CostEntry.objects.filter(created_at__gte=start)
     r = redis_client()
-    for row in qs.values("team_slug").annotate(total=Sum("cost")):
-        r.set(_month_key("team", row["team_slug"], month), float(row["total"] or 0))
-    for row in qs.exclude(caller__isnull=True).values("caller_id").annotate(total=Sum("cost")):
-        r.set(_month_key("caller", row["caller_id"], month), float(row["total"] or 0))
+    for team in qs.values("team_slug").annotate(total=Sum("cost")):
+        r.set(_month_key("team", team["team_slug"], month), float(team["total"] or 0))
+    for caller in qs.exclude(caller__isnull=True).values("caller_id").annotate(total=Sum("cost")):
+        r.set(_month_key("caller", caller["caller_id"], month), float(caller["total"] or 0))
 
 
 def month_spend(budget: Budget, now: datetime | None = None) -> float:
     """Month-to-date spend against ``budget`` (from the Redis counter)."""
     now = now or timezone.now()
-    kind, ident = ("team", budget.team.slug) if budget.team_id else ("caller", budget.caller_id)
+    kind, ident = ("team", budget.team.slug) if budget.team is not None else ("caller", budget.caller_id)
     return float(redis_client().get(_month_key(kind, ident, now)) or 0)
 
 

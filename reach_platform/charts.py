@@ -19,7 +19,7 @@ def hourly_svg(points: list[tuple[str, int, int, int]], width: int = 720, height
     step = width / max(1, len(points))
     parts = []
     for i, (label, ok, failed, other) in enumerate(points):
-        x, y = i * step + 1, bottom
+        x, y = i * step + 1, float(bottom)
         for value, colour in ((ok, OK), (failed, FAILED), (other, OTHER)):
             h = value / top * plot_h
             if h:

@@ -6,6 +6,7 @@ figures only (registry.permissions decides who sees every team)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 from django.urls import reverse
@@ -28,7 +29,7 @@ FAILING_MIN_SAMPLE = 5
 REFRESH_S = 30
 
 
-def _link(name: str, **params) -> str:
+def _link(name: str, **params: str) -> str:
     url = reverse(f"admin:{name}")
     return f"{url}?{urlencode(params)}" if params else url
 
@@ -128,7 +129,7 @@ def _costs(now: datetime, slugs: list[str] | None) -> dict:
             "budgets_link": _link("ledger_budget_changelist")}
 
 
-def dashboard_context(user, *, now: datetime | None = None) -> dict:
+def dashboard_context(user: Any, *, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     scope = None if sees_all_teams(user) else team_ids(user)
     endpoints = registry_selectors.agent_endpoints(team_ids=scope)

@@ -114,7 +114,7 @@ def main() -> None:
     while True:
         for proc in procs:
             if proc.poll() is not None:
-                print(f"process {proc.args[:3]} exited with {proc.returncode}; stopping", flush=True)
+                print(f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True)
                 stop()
         time.sleep(1)
 

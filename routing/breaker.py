@@ -9,6 +9,7 @@ its success closes the breaker (counts cleared), its failure opens it again.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -17,7 +18,7 @@ from routing.snapshot import redis_client
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 
-def _cfg(key: str):
+def _cfg(key: str) -> Any:
     return settings.REACH[key]
 
 

@@ -6,6 +6,7 @@ Overload fails fast (429 + Retry-After) instead of queueing forever.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from routing.snapshot import redis_client
 
@@ -33,10 +34,10 @@ n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return n
 """
-_scripts: dict[str, object] = {}
+_scripts: dict[str, Any] = {}
 
 
-def _script(name: str, body: str):
+def _script(name: str, body: str) -> Any:
     if name not in _scripts:
         _scripts[name] = redis_client().register_script(body)
     return _scripts[name]

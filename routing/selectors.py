@@ -45,7 +45,8 @@ def attempt_latency_by_agent(*, since: datetime, endpoints: list[str] | None = N
     rows = (qs.order_by().values("instance__agent__endpoint_id").annotate(
         attempts=Count("id"), ok=Count("id", filter=Q(outcome__in=OK_ATTEMPTS)),
         p50=Percentile("latency_ms", 0.5), p95=Percentile("latency_ms", 0.95)))
-    return {row.pop("instance__agent__endpoint_id") or "": row for row in rows}
+    return {row["instance__agent__endpoint_id"] or "": {k: row[k] for k in ("attempts", "ok", "p50", "p95")}
+            for row in rows}
 
 
 def attempt_latency(*, since: datetime, endpoints: list[str] | None = None) -> dict:

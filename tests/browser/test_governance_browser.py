@@ -71,7 +71,7 @@ def test_reviewer_claims_and_answers_a_manual_review_item(login, live_server, dj
     page = login("ada", "pw-ada-123")
     assert page.inner_text("#queue-waiting-count") == "1 waiting"
     shot(page, "admin-index-governance")
-    page.click("text=Manual review queue")
+    page.click("#governance-notices >> text=Manual review queue")
     page.click("text=browser-q1")
     shot(page, "review-item-unclaimed")
     page.click("input[name=claim-item]")

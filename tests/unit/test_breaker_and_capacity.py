@@ -46,7 +46,7 @@ def test_failures_open_the_breaker_and_successes_do_not(reach):
 
 def test_outcomes_older_than_the_window_do_not_count(reach):
     inst = next(_ids)
-    for k in range(19):
+    for _ in range(19):
         breaker.record(inst, False, now=T0)
     # eleven seconds later the old failures have left the 10 s window: one more failure is a sample of one
     assert breaker.record(inst, False, now=T0 + 11) == breaker.CLOSED

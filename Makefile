@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench stop clean screenshots
+.PHONY: install run test test-fast browser-deps lint bench stop clean screenshots
 
 install: $(STAMP)
 
@@ -19,15 +19,24 @@ $(STAMP): pyproject.toml
 run: install
 	$(PY) -m reach_platform.devserver
 
-test: install
+# Everything, browser tests included (installs Debian's chromium first when it is missing and may be installed).
+test: install browser-deps
 	$(PY) -m pytest -q -p no:randomly; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-# The README's governance screenshots, taken by the browser tests in headless Chromium.
-screenshots: install
+# Without the browser tests (marker `browser`): no Chromium needed.
+test-fast: install
+	$(PY) -m pytest -q -p no:randomly -m "not browser"; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+browser-deps:
+	@.ci/chromium.sh
+
+# The README's screenshots (dashboard, onboarding, governance), taken by the browser tests in headless Chromium.
+screenshots: install browser-deps
 	REACH_SCREENSHOTS_DIR=docs/screenshots $(PY) -m pytest -q -p no:randomly tests/browser
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 

@@ -7,7 +7,8 @@ from datetime import date, timedelta
 from django.db.models import Aggregate, Count, FloatField, Q, Sum
 
 from ledger.filters import WeeklyReportFilter
-from ledger.models import CostEntry
+from ledger.models import Budget, CostEntry
+from ledger.services import month_spend
 
 
 class Percentile(Aggregate):
@@ -71,3 +72,26 @@ def weekly_totals(*, week: str, weeks: int = 8, team: str | None = None) -> list
     qs = WeeklyReportFilter({"team": team or ""}, CostEntry.objects.filter(week__in=names)).qs
     totals = {r["week"]: float(r["cost"] or 0) for r in qs.values("week").annotate(cost=Sum("cost"))}
     return [(name, totals.get(name, 0.0)) for name in names]
+
+
+def cost_by_team(*, since, team_slugs: list[str] | None = None) -> dict[str, float]:
+    """{team slug: cost} of the entries since ``since`` (one GROUP BY on the created_at index)."""
+    qs = CostEntry.objects.filter(created_at__gte=since)
+    if team_slugs is not None:
+        qs = qs.filter(team_slug__in=team_slugs)
+    return {r["team_slug"]: float(r["cost"] or 0) for r in qs.order_by().values("team_slug").annotate(cost=Sum("cost"))}
+
+
+def budgets_with_spend(*, team_slugs: list[str] | None = None) -> list[dict]:
+    """Team and caller budgets with this month's spend (caller budgets only for everyone-views)."""
+    qs = Budget.objects.select_related("team", "caller")
+    if team_slugs is not None:
+        qs = qs.filter(team__slug__in=team_slugs)
+    rows = []
+    for budget in qs[:50]:
+        spent, limit = month_spend(budget), float(budget.monthly_limit)
+        team = budget.team.slug if budget.team is not None else ""
+        rows.append({"budget": budget, "scope": f"team {team}" if team else f"caller {budget.caller}", "team": team,
+                     "spent": spent, "limit": limit, "ratio": spent / limit if limit else 0.0,
+                     "warn": budget.warn_ratio})
+    return sorted(rows, key=lambda r: -r["ratio"])

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from ledger.models import Budget, CostEntry
-from reach_platform.errors import PaymentRequired
+from reach_platform.errors import InvalidInput, PaymentRequired
+from registry.audit import audit
 from registry.generation import redis_client
 
 logger = logging.getLogger(__name__)
@@ -150,14 +152,38 @@ def spend_rebuild(*, month: datetime | None = None) -> None:
     start = month.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     qs = CostEntry.objects.filter(created_at__gte=start)
     r = redis_client()
-    for row in qs.values("team_slug").annotate(total=Sum("cost")):
-        r.set(_month_key("team", row["team_slug"], month), float(row["total"] or 0))
-    for row in qs.exclude(caller__isnull=True).values("caller_id").annotate(total=Sum("cost")):
-        r.set(_month_key("caller", row["caller_id"], month), float(row["total"] or 0))
+    for team in qs.values("team_slug").annotate(total=Sum("cost")):
+        r.set(_month_key("team", team["team_slug"], month), float(team["total"] or 0))
+    for caller in qs.exclude(caller__isnull=True).values("caller_id").annotate(total=Sum("cost")):
+        r.set(_month_key("caller", caller["caller_id"], month), float(caller["total"] or 0))
 
 
 def month_spend(budget: Budget, now: datetime | None = None) -> float:
     """Month-to-date spend against ``budget`` (from the Redis counter)."""
     now = now or timezone.now()
-    kind, ident = ("team", budget.team.slug) if budget.team_id else ("caller", budget.caller_id)
+    kind, ident = ("team", budget.team.slug) if budget.team is not None else ("caller", budget.caller_id)
     return float(redis_client().get(_month_key(kind, ident, now)) or 0)
+
+
+@transaction.atomic
+def budget_set(*, monthly_limit: Decimal, caller=None, team=None, warn_ratio: float | None = None,
+               actor=None) -> Budget:
+    """Create or change the monthly cap of one caller or one team, with an audit row."""
+    if (caller is None) == (team is None):
+        raise InvalidInput("A budget is for one caller or one team.", code="invalid_budget")
+    if monthly_limit < 0 or (warn_ratio is not None and not 0 < warn_ratio <= 1):
+        raise InvalidInput("A budget needs a limit >= 0 and a warn ratio in (0, 1].", code="invalid_budget")
+    scope = {"caller": caller} if caller is not None else {"team": team}
+    budget = Budget.objects.select_for_update().filter(**scope).first()
+    before = {"monthly_limit": str(budget.monthly_limit), "warn_ratio": budget.warn_ratio} if budget else None
+    if budget is None:
+        budget = Budget(**scope, monthly_limit=monthly_limit)
+    budget.monthly_limit = monthly_limit
+    if warn_ratio is not None:
+        budget.warn_ratio = warn_ratio
+    budget.save()
+    audit(action="budget.set", target=budget, actor=actor, before=before,
+          after={"monthly_limit": str(budget.monthly_limit), "warn_ratio": budget.warn_ratio})
+    key = ("caller", caller.pk) if caller is not None else ("team", team.slug)
+    _budgets_cache.pop(key, None)
+    return budget

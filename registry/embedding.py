@@ -83,7 +83,7 @@ class SentenceTransformerEmbedder:
             path = model
         self._model = SentenceTransformer(path, device="cpu")
         dim_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(dim_of())
+        self.dim = int(dim_of() or 0)
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -150,7 +150,8 @@ class CompactMiniLM:
         self._max_length = int(model.max_seq_length or 256)
         with warnings.catch_warnings():  # torch marks its quantised tensor constructors as deprecated
             warnings.simplefilter("ignore")
-            self._model = torch.ao.quantization.quantize_dynamic(model[0].auto_model.eval(), {torch.nn.Linear},
+            self._model = torch.ao.quantization.quantize_dynamic(model[0].auto_model.eval(),  # type: ignore[union-attr]
+                                                                 {torch.nn.Linear},
                                                                  dtype=torch.qint8)
 
     def encode_one(self, text: str) -> np.ndarray:

@@ -14,7 +14,17 @@ from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDe
 from registry.audit import audit, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
 from registry.generation import bump_generation
-from registry.models import Agent, AllowlistEntry, CapabilityVersion, Environment, Instance, Team, hash_key
+from registry.models import (
+    Agent,
+    AllowlistEntry,
+    Capability,
+    CapabilityVersion,
+    Environment,
+    Instance,
+    Team,
+    hash_key,
+)
+from registry.permissions import ensure_can_edit_team, is_admin
 
 logger = logging.getLogger(__name__)
 
@@ -380,3 +390,60 @@ def capability_version_draft_update(*, version: CapabilityVersion, actor, **fiel
     audit(action="version.edited", target=version, actor=actor, before=before,
           after=snapshot(version, [*fields, "state"]))
     return version
+
+
+# --- callers -----------------------------------------------------------------------------------------------
+
+@transaction.atomic
+def caller_create(*, name: str, actor=None) -> tuple[object, str, bool]:
+    """A caller: a user without admin access holding an API token. Returns (user, token key, created); an existing
+    caller keeps its token (running this twice hands out the same one)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    if not name or len(name) > 150:
+        raise InvalidInput("A caller needs a name of 1 to 150 characters.", code="invalid_caller")
+    user, created = get_user_model().objects.get_or_create(username=name, defaults={"is_staff": False})
+    if user.is_staff or user.is_superuser:
+        raise Conflict(f"'{name}' is a person with admin access, not a caller; pick another name.",
+                       code="not_a_caller")
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    token, token_created = Token.objects.get_or_create(user=user)
+    if created or token_created:
+        audit(action="caller.created" if created else "caller.token_issued", target=user, actor=actor,
+              after={"username": name, "token_prefix": token.key[:6]})
+    return user, token.key, created
+
+
+# --- onboarding: an agent end to end without YAML ----------------------------------------------------------
+
+# Environments a team may allowlist its own agents in; prod is for admins.
+TEAM_ONBOARDING_ENVIRONMENTS = ("dev", "staging")
+
+
+@transaction.atomic
+def agent_onboard(*, actor, endpoint_id: str, team: Team, environment: str, capability: str,
+                  display_name: str = "", agent_description: str = "", **draft_fields) -> tuple[AllowlistEntry, str,
+                                                                                             CapabilityVersion]:
+    """Allowlist a new agent for its team, issue its key, create the agent and its first capability with a DRAFT
+    1.0.0 (``draft_fields``: see DRAFT_FIELDS). Returns (entry, raw key, draft); the key is never stored."""
+    ensure_can_edit_team(actor, team.pk, f"team '{team.slug}'")
+    if environment not in TEAM_ONBOARDING_ENVIRONMENTS and not is_admin(actor):
+        raise PermissionDenied(f"Only admins allowlist agents in '{environment}'.", code="admin_only")
+    if Agent.objects.filter(endpoint_id=endpoint_id).exists():
+        raise Conflict(f"An agent '{endpoint_id}' exists already.", code="agent_exists")
+    if Capability.objects.filter(name=capability).exists():
+        raise Conflict(f"A capability '{capability}' exists already; draft its next version instead.",
+                       code="capability_exists")
+    entry, raw = allowlist_entry_issue(endpoint_id=endpoint_id, environment=environment, team=team.slug,
+                                       actor=actor)
+    agent = Agent.objects.create(endpoint_id=endpoint_id, team=team, environment=entry.environment,
+                                 display_name=display_name or endpoint_id, description=agent_description)
+    audit(action="agent.created", target=agent, actor=actor,
+          after=snapshot(agent, ["endpoint_id", "team", "environment", "display_name"]))
+    cap = Capability.objects.create(agent=agent, name=capability)
+    audit(action="capability.created", target=cap, actor=actor, after={"name": capability, "agent": endpoint_id})
+    draft = capability_version_draft_create(capability=cap, actor=actor, version="1.0.0", **draft_fields)
+    return entry, raw, draft

@@ -88,9 +88,15 @@ def version_diff(version: CapabilityVersion, base: CapabilityVersion | None) -> 
                                               tofile=f"{name} ({version.version})", lineterm=""))
             schemas.append({"field": name, "lines": lines})
     for name in PROFILE_FIELDS:
-        new = getattr(version, name)
-        old = getattr(base, name) if base else None
-        if new != old:
-            profile.append({"field": name, "before": old, "after": new})
+        after = getattr(version, name)
+        before = getattr(base, name) if base else None
+        if after != before:
+            profile.append({"field": name, "before": before, "after": after})
     return {"base": base, "lists": lists, "schemas": schemas, "profile": profile,
             "changed": bool(lists or schemas or profile)}
+
+
+def queue_summary() -> dict:
+    """How many items wait for a reviewer, and since when the oldest waits (for the dashboard)."""
+    waiting = queue_items(status="waiting")
+    return {"waiting": waiting.count(), "oldest": waiting.values_list("created_at", flat=True).first()}

@@ -7,6 +7,7 @@ object-level rules live in ``registry.permissions`` so that the admin and the AP
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -26,6 +27,9 @@ from registry.permissions import ensure_can_edit_team, is_reviewer, is_team_memb
 from registry.services import capability_version_activate, capability_version_draft_create
 from reviews.models import ReviewClaim, RoutingFeedback
 from routing.choices import AttemptOutcome, ReviewReason, TaskStatus
+
+if TYPE_CHECKING:
+    from routing.models import Task
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +315,7 @@ def _resolve_claim(claim: ReviewClaim, resolution: str) -> None:
     ReviewClaim.objects.filter(pk=claim.pk).update(resolution=resolution, resolved_at=timezone.now())
 
 
-def queue_answer(*, task, reviewer, answer) -> object:
+def queue_answer(*, task, reviewer, answer) -> Task:
     """Answer by hand: the caller's task completes with the answer (its callback fires) and the resolution is
     kept as routing feedback (no capability served it)."""
     from routing.services import task_resolve_by_hand
@@ -367,7 +371,7 @@ def queue_replay(*, task, reviewer) -> int:
     return len(dead)
 
 
-def queue_reject(*, task, reviewer, reason: str) -> object:
+def queue_reject(*, task, reviewer, reason: str) -> Task:
     """Reject an item: a task still waiting fails with the reason (its callback fires); a failed task or a dead
     letter is dismissed as it is."""
     from routing.services import task_resolve_by_hand

@@ -9,6 +9,7 @@ its success closes the breaker (counts cleared), its failure opens it again.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -17,7 +18,7 @@ from routing.snapshot import redis_client
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 
-def _cfg(key: str):
+def _cfg(key: str) -> Any:
     return settings.REACH[key]
 
 
@@ -54,12 +55,17 @@ def allow(instance_id: int) -> bool:
     return True
 
 
-def record(instance_id: int, ok: bool) -> str:
-    """Count one outcome; returns the breaker state after it."""
+def trips(total: int, failed: int) -> bool:
+    """Whether a window holding ``total`` calls of which ``failed`` failed opens the breaker (no I/O)."""
+    return total >= int(_cfg("BREAKER_MIN_REQUESTS")) and failed / total >= float(_cfg("BREAKER_FAILURE_RATE"))
+
+
+def record(instance_id: int, ok: bool, *, now: float | None = None) -> str:
+    """Count one outcome (at ``now``, default the clock); returns the breaker state after it."""
     open_key, probe_key, tripped_key = _keys(instance_id)
     r = redis_client()
     window = int(_cfg("BREAKER_WINDOW_S"))
-    now = int(time.time())
+    now = int(time.time() if now is None else now)
     # one round trip: whether the breaker is half-open, and the count of this outcome (harmless when half-open:
     # closing clears the counters, and while open nothing reads them)
     pipe = r.pipeline(transaction=False)
@@ -84,7 +90,7 @@ def record(instance_id: int, ok: bool) -> str:
                     + [f"reach:breaker:{instance_id}:f:{now - k}" for k in range(window)])
     total = sum(int(c or 0) for c in counts[:window])
     failed = sum(int(c or 0) for c in counts[window:])
-    if total >= int(_cfg("BREAKER_MIN_REQUESTS")) and failed / total >= float(_cfg("BREAKER_FAILURE_RATE")):
+    if trips(total, failed):
         pipe = r.pipeline()
         pipe.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
         pipe.set(tripped_key, "1")

@@ -6,6 +6,7 @@ Overload fails fast (429 + Retry-After) instead of queueing forever.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from routing.snapshot import redis_client
 
@@ -33,19 +34,20 @@ n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return n
 """
-_scripts: dict[str, object] = {}
+_scripts: dict[str, Any] = {}
 
 
-def _script(name: str, body: str):
+def _script(name: str, body: str) -> Any:
     if name not in _scripts:
         _scripts[name] = redis_client().register_script(body)
     return _scripts[name]
 
 
-def take_token(key: str, rate: float, burst: float | None = None) -> float:
-    """0 when a token was taken, else the seconds until one will be there."""
+def take_token(key: str, rate: float, burst: float | None = None, *, now: float | None = None) -> float:
+    """0 when a token was taken, else the seconds until one will be there (``now``: default the clock)."""
     burst = burst if burst is not None else max(1.0, rate)
-    return float(_script("bucket", _BUCKET)(keys=[f"reach:bucket:{key}"], args=[rate, burst, time.time()]))
+    return float(_script("bucket", _BUCKET)(keys=[f"reach:bucket:{key}"],
+                                             args=[rate, burst, time.time() if now is None else now]))
 
 
 def acquire(key: str, cap: int, ttl: int = 600) -> bool:

@@ -19,7 +19,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from django.conf import settings
@@ -95,7 +95,7 @@ def embed_query(text: str) -> np.ndarray:
     except Exception:  # the cache is an optimisation: a Redis hiccup must not fail a resolve
         raw = None
     if raw:
-        vector = np.frombuffer(raw, dtype=np.float32)
+        vector = np.frombuffer(cast(bytes, raw), dtype=np.float32)
     else:
         vector = embedder.encode([text])[0]
         try:

@@ -1,9 +1,81 @@
-"""Reads of tasks, shared by the API and the admin."""
+"""Reads of tasks, shared by the API and the admin: a task for its caller; and for the operations dashboard,
+invokes by outcome and agent, attempt latency, the hourly series and the callback outbox. Every query is bounded by a time window on an indexed column (or a status index), and
+``endpoints`` (None: every agent) restricts it to some agents, for team members."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import datetime
+
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncHour
+
+from ledger.selectors import Percentile
 from reach_platform.errors import NotFound, PermissionDenied
-from routing.models import Task
+from routing.choices import AttemptOutcome, TaskStatus
+from routing.models import Attempt, CallbackDelivery, Task
+
+FAILED = (TaskStatus.FAILED, TaskStatus.DEAD_LETTERED)
+OK_ATTEMPTS = (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
+
+
+def _tasks(since: datetime, endpoints: list[str] | None) -> QuerySet[Task]:
+    qs = Task.objects.filter(created_at__gte=since)
+    return qs if endpoints is None else qs.filter(agent_endpoint__in=endpoints)
+
+
+def invokes_by_status(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, int]:
+    """{status: count} of the tasks created since ``since``."""
+    rows = _tasks(since, endpoints).order_by().values("status").annotate(n=Count("id"))
+    return {row["status"]: row["n"] for row in rows}
+
+
+def invokes_by_agent(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """{agent endpoint: {status: count}} since ``since`` (tasks no agent took count under "")."""
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in (_tasks(since, endpoints).order_by().values("agent_endpoint", "status").annotate(n=Count("id"))):
+        out[row["agent_endpoint"]][row["status"]] = row["n"]
+    return dict(out)
+
+
+def attempt_latency_by_agent(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, dict]:
+    """{agent endpoint: {attempts, ok, p50, p95}} over the attempts started since ``since``."""
+    qs = Attempt.objects.filter(started_at__gte=since)
+    if endpoints is not None:
+        qs = qs.filter(instance__agent__endpoint_id__in=endpoints)
+    rows = (qs.order_by().values("instance__agent__endpoint_id").annotate(
+        attempts=Count("id"), ok=Count("id", filter=Q(outcome__in=OK_ATTEMPTS)),
+        p50=Percentile("latency_ms", 0.5), p95=Percentile("latency_ms", 0.95)))
+    return {row["instance__agent__endpoint_id"] or "": {k: row[k] for k in ("attempts", "ok", "p50", "p95")}
+            for row in rows}
+
+
+def attempt_latency(*, since: datetime, endpoints: list[str] | None = None) -> dict:
+    """{p50, p95} over every attempt started since ``since``."""
+    qs = Attempt.objects.filter(started_at__gte=since)
+    if endpoints is not None:
+        qs = qs.filter(instance__agent__endpoint_id__in=endpoints)
+    return qs.aggregate(p50=Percentile("latency_ms", 0.5), p95=Percentile("latency_ms", 0.95))
+
+
+def invokes_per_hour(*, since: datetime, endpoints: list[str] | None = None) -> dict[datetime, dict[str, int]]:
+    """{hour: {"ok": n, "failed": n, "other": n}} since ``since``."""
+    out: dict[datetime, dict[str, int]] = defaultdict(lambda: {"ok": 0, "failed": 0, "other": 0})
+    rows = (_tasks(since, endpoints).order_by().annotate(hour=TruncHour("created_at"))
+            .values("hour", "status").annotate(n=Count("id")))
+    for row in rows:
+        kind = "ok" if row["status"] == TaskStatus.SUCCEEDED else "failed" if row["status"] in FAILED else "other"
+        out[row["hour"]][kind] += row["n"]
+    return dict(out)
+
+
+def outbox_counts(*, endpoints: list[str] | None = None) -> dict[str, int]:
+    """Callback deliveries waiting to go out (pending) and dead-lettered ones."""
+    qs = CallbackDelivery.objects.filter(status__in=[CallbackDelivery.Status.PENDING, CallbackDelivery.Status.DEAD])
+    if endpoints is not None:
+        qs = qs.filter(task__agent_endpoint__in=endpoints)
+    counts = {row["status"]: row["n"] for row in qs.order_by().values("status").annotate(n=Count("id"))}
+    return {"pending": counts.get("pending", 0), "dead": counts.get("dead", 0)}
 
 
 def task_for_caller(*, request_id: str, caller) -> Task:

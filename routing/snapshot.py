@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from django.conf import settings
@@ -21,6 +22,9 @@ from registry.choices import ROUTABLE_LIVENESS, VectorKind, VersionState
 from registry.generation import GENERATION_KEY, bump_generation, redis_client  # noqa: F401
 from registry.models import CapabilityVector, CapabilityVersion, Instance
 from registry.vectors import VectorCache
+
+if TYPE_CHECKING:
+    from routing.calibration import Calibration, Head
 
 
 @dataclass
@@ -73,9 +77,9 @@ class Snapshot:
     generation: str
     versions: dict[int, VersionInfo]
     by_capability: dict[str, list[VersionInfo]]
-    calibration: object
+    calibration: Calibration
     keyword_index: dict[str, set[int]]
-    head: object = None              # routing.calibration.Head, when fitted
+    head: Head | None = None         # when fitted
     head_rows: dict[int, int] = field(default_factory=dict)  # version id -> row of head.W
     centroid_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     centroids: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), dtype=np.float32))
@@ -89,7 +93,7 @@ TEXT_VECTORS = VectorCache(kinds=(VectorKind.EXAMPLE, VectorKind.NEGATIVE))
 
 
 def _generation() -> str:
-    return (redis_client().get(GENERATION_KEY) or b"").decode()
+    return cast(bytes, redis_client().get(GENERATION_KEY) or b"").decode()
 
 
 def current() -> Snapshot:
@@ -148,7 +152,7 @@ def _build(generation: str) -> Snapshot:
     bands = settings.REACH
     calibration = (Calibration.from_json(row.params, bands["EXECUTE_AT"], bands["CONFIRM_AT"]) if row
                    else default_calibration())
-    head = Head.from_bytes(row.head) if row and row.head else None
+    head = Head.from_bytes(bytes(row.head)) if row and row.head else None
     centroid_ids, centroids = _centroid_matrix(list(versions), embedder_name())
     head_rows = {int(vid): i for i, vid in enumerate(head.version_ids)} if head is not None else {}
     return Snapshot(generation=generation, versions=versions, by_capability=by_capability,

@@ -48,8 +48,10 @@ class AgentProcess:
     """examples/agents/server.py in its own process, serving some agents on free ports."""
 
     def __init__(self, agents: list[str], *, gateway: str = "", keys: dict | None = None, faults: dict | None = None,
-                 heartbeat: float = 10.0, tmp: Path | None = None, port_offset: int | None = None):
+                 heartbeat: float = 10.0, tmp: Path | None = None, port_offset: int | None = None,
+                 descriptors: Path = DESCRIPTORS):
         self.agents = agents
+        self.descriptors = descriptors
         self.gateway = gateway
         self.keys = keys or {}
         self.faults = faults or {}
@@ -77,7 +79,8 @@ class AgentProcess:
     def _start(self) -> AgentProcess:
         keys_file = self.tmp / f"keys-{os.getpid()}-{self.port_offset}.json"
         keys_file.write_text(json.dumps(self.keys))
-        cmd = [sys.executable, str(BASE / "examples/agents/server.py"), "--agents", ",".join(self.agents),
+        cmd = [sys.executable, str(BASE / "examples/agents/server.py"), "--descriptors", str(self.descriptors),
+               "--agents", ",".join(self.agents),
                "--port-offset", str(self.port_offset), "--heartbeat", str(self.heartbeat),
                "--faults", json.dumps(self.faults)]
         if self.gateway:

@@ -36,7 +36,7 @@ class DeregisterInput(serializers.Serializer):
 
 
 class InstanceOutput(serializers.ModelSerializer):
-    agent = serializers.SlugRelatedField(slug_field="endpoint_id", read_only=True)
+    agent: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="endpoint_id", read_only=True)
 
     class Meta:
         model = Instance
@@ -46,8 +46,8 @@ class InstanceOutput(serializers.ModelSerializer):
 
 
 class AgentOutput(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    environment = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    team: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    environment: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="name", read_only=True)
     instances = InstanceOutput(many=True, read_only=True)
 
     class Meta:

@@ -24,7 +24,8 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 @pytest.fixture(scope="session")
 def browser():
     if not shutil.which(CHROMIUM):
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium chromium-driver (.ci/run does it)")
+        raise RuntimeError(f"{CHROMIUM} is missing: `make test` installs it (.ci/chromium.sh); `make test-fast` skips "
+                           "the browser tests")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
 

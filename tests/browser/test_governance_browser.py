@@ -14,7 +14,7 @@ from routing.models import Task
 from tests.browser.conftest import shot
 from tests.reviews.conftest import person
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_member_submits_reviewer_approves_and_sees_it_active(login, live_server, django_user_model):
@@ -71,7 +71,7 @@ def test_reviewer_claims_and_answers_a_manual_review_item(login, live_server, dj
     page = login("ada", "pw-ada-123")
     assert page.inner_text("#queue-waiting-count") == "1 waiting"
     shot(page, "admin-index-governance")
-    page.click("text=Manual review queue")
+    page.click("#governance-notices >> text=Manual review queue")
     page.click("text=browser-q1")
     shot(page, "review-item-unclaimed")
     page.click("input[name=claim-item]")

@@ -28,23 +28,26 @@ def registry_ready(db, settings):
     return CapabilityVersion.objects.all()
 
 
+def register_agents(proc, agents: list[str], keys: dict | None = None) -> None:
+    """Register one instance of each of ``proc``'s agents through the agent API (in-process)."""
+    for endpoint_id in agents:
+        base = proc.url(endpoint_id)
+        body = {"endpoint_id": endpoint_id, "environment": "dev", "instance_id": base, "url": f"{base}/invoke",
+                "health_url": f"{base}/health", "reg_version": 1, "max_concurrency": 8, "max_qps": 1000}
+        body["transport"] = "http-async" if endpoint_id == "ocr-agent" else "http"
+        key = (keys or {}).get(endpoint_id) or allowlisted(endpoint_id, team=_team(endpoint_id))
+        response = agent_client(key).post("/api/v1/agents/register", body, format="json")
+        assert response.status_code == 201, response.json()
+    snapshot.bump_generation()
+
+
 @pytest.fixture
 def running_agents(registry_ready, agent_procs):
     """Start example agents and register their instances (through the agent API, in-process)."""
 
     def start(agents: list[str], **kwargs):
         proc = agent_procs(agents, **kwargs)
-        for endpoint_id in agents:
-            base = proc.url(endpoint_id)
-            body = {"endpoint_id": endpoint_id, "environment": "dev", "instance_id": base, "url": f"{base}/invoke",
-                    "health_url": f"{base}/health", "reg_version": 1, "max_concurrency": 8, "max_qps": 1000}
-            transport = "http-async" if endpoint_id == "ocr-agent" else "http"
-            body["transport"] = transport
-            key = kwargs.get("keys", {}).get(endpoint_id) or allowlisted(endpoint_id, team=_team(endpoint_id))
-            response = agent_client(key).post(
-                "/api/v1/agents/register", body, format="json")
-            assert response.status_code == 201, response.json()
-        snapshot.bump_generation()
+        register_agents(proc, agents, kwargs.get("keys"))
         return proc
 
     return start

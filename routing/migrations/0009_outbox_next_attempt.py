@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0007_task_review_reason'),
+        ('routing', '0008_attempt_started_at_index'),
     ]
 
     operations = [

@@ -1,0 +1,101 @@
+"""Fast unit tests (no database, no network but the local Redis): the breaker's decision and window with an
+injected clock, token buckets and in-flight caps (the quotas behind 429), and the retry back-off bounds."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from routing import breaker, capacity
+from routing.gateway import backoff_s
+from routing.snapshot import redis_client
+
+_ids = itertools.count(900_000_000)
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture
+def reach(settings):
+    settings.REACH = {**settings.REACH, "BREAKER_WINDOW_S": 10, "BREAKER_MIN_REQUESTS": 20,
+                      "BREAKER_FAILURE_RATE": 0.4, "BREAKER_OPEN_S": 30, "BACKOFF_BASE_S": 0.2,
+                      "BACKOFF_CAP_S": 5.0, "BACKOFF_JITTER_S": 0.2}
+    return settings.REACH
+
+
+@pytest.mark.parametrize(("total", "failed", "opens"), [
+    (19, 19, False),  # below the minimum sample, however bad
+    (20, 7, False),   # 35 %
+    (20, 8, True),    # 40 %: the threshold itself opens
+    (100, 39, False),
+    (100, 100, True),
+])
+def test_the_breaker_opens_at_the_failure_rate_over_a_minimum_sample(reach, total, failed, opens):
+    assert breaker.trips(total, failed) is opens
+
+
+def test_failures_open_the_breaker_and_successes_do_not(reach):
+    inst = next(_ids)
+    for k in range(12):
+        assert breaker.record(inst, True, now=T0 + k * 0.1) == breaker.CLOSED
+    states = [breaker.record(inst, False, now=T0 + 2 + k * 0.1) for k in range(8)]  # 8 of 20 failed
+    assert states[-1] == breaker.OPEN and set(states[:-1]) == {breaker.CLOSED}
+    assert breaker.state(inst) == breaker.OPEN and not breaker.allow(inst)
+    assert breaker.open_instances([inst, next(_ids)]) == {inst}
+
+
+def test_outcomes_older_than_the_window_do_not_count(reach):
+    inst = next(_ids)
+    for _ in range(19):
+        breaker.record(inst, False, now=T0)
+    # eleven seconds later the old failures have left the 10 s window: one more failure is a sample of one
+    assert breaker.record(inst, False, now=T0 + 11) == breaker.CLOSED
+    assert breaker.state(inst) == breaker.CLOSED
+
+
+def test_half_open_lets_one_probe_through_whose_result_decides(reach):
+    r = redis_client()
+    inst = next(_ids)
+    for _ in range(20):
+        breaker.record(inst, False, now=T0)
+    open_key = breaker._keys(inst)[0]
+    r.delete(open_key)  # the open period's TTL has run out
+    assert breaker.state(inst) == breaker.HALF_OPEN
+    assert breaker.allow(inst) and not breaker.allow(inst)  # one probe at a time
+    assert breaker.record(inst, False, now=T0 + 40) == breaker.OPEN  # the probe failed: open again
+    assert 0 < r.ttl(open_key) <= 30
+    r.delete(open_key)
+    assert breaker.allow(inst)
+    assert breaker.record(inst, True, now=T0 + 80) == breaker.CLOSED  # the probe succeeded: closed, counts gone
+    assert breaker.state(inst) == breaker.CLOSED and breaker.allow(inst)
+
+
+def test_a_token_bucket_refuses_past_its_burst_and_refills_with_time():
+    key = f"unit:{next(_ids)}"
+    assert capacity.take_token(key, rate=2, burst=2, now=T0) == 0
+    assert capacity.take_token(key, rate=2, burst=2, now=T0) == 0
+    wait = capacity.take_token(key, rate=2, burst=2, now=T0)
+    assert wait == pytest.approx(0.5)  # the next token in half a second: the Retry-After
+    assert capacity.take_token(key, rate=2, burst=2, now=T0 + 0.25) > 0
+    assert capacity.take_token(key, rate=2, burst=2, now=T0 + 1.0) == 0
+    # a long pause refills to the burst, not beyond
+    assert [capacity.take_token(key, rate=2, burst=2, now=T0 + 60) for _ in range(3)][-1] > 0
+
+
+def test_in_flight_cap_refuses_at_the_cap_until_a_slot_is_released():
+    key = f"unit:{next(_ids)}"
+    assert [capacity.acquire(key, cap=2) for _ in range(3)] == [True, True, False]
+    assert capacity.in_flight([key]) == [2]
+    capacity.release(key)
+    assert capacity.acquire(key, cap=2)
+    for _ in range(5):  # more releases than acquisitions never go below zero
+        capacity.release(key)
+    assert capacity.in_flight([key]) == [0]
+
+
+@pytest.mark.parametrize("attempt", range(6))
+def test_backoff_doubles_up_to_the_cap_plus_jitter(reach, attempt):
+    base = min(5.0, 0.2 * 2 ** attempt)
+    samples = [backoff_s(attempt) for _ in range(200)]
+    assert all(base <= s <= base + 0.2 for s in samples)
+    assert max(samples) - min(samples) > 0.05  # jittered, not fixed

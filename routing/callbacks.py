@@ -69,7 +69,7 @@ def outbox_enqueue(task: Task) -> CallbackDelivery | None:
     state, and its first try starts when that commits."""
     if not task.callback_url:
         return None
-    body = {"request_id": task.request_id, "status": task.status}
+    body: dict[str, object] = {"request_id": task.request_id, "status": task.status}
     if task.status == "succeeded":
         body["result"] = task.result
     else:

@@ -236,7 +236,8 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
             timeout = await timeout_s(version)
             started = timezone.now()
             t0 = time.perf_counter()
-            outcome, status, result, error, usage = AttemptOutcome.CONNECT_ERROR, None, None, "cancelled", None
+            outcome: str = AttemptOutcome.CONNECT_ERROR
+            status, result, error, usage = None, None, "cancelled", None
             try:
                 with tracing.tracer.start_as_current_span(
                         "reach.attempt", context=tracing.parent_context(ctx.traceparent),

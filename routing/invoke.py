@@ -435,7 +435,7 @@ def _cost_entries(row: Task, attempts: list) -> list:
         if info is None:
             continue
         price = Price(agent=info.agent, team=info.team, model_name=info.model_name,
-                      price_in=Decimal(info.price_in), price_out=Decimal(info.price_out),
+                      price_in=Decimal(str(info.price_in)), price_out=Decimal(str(info.price_out)),
                       cost_per_call=Decimal(str(info.cost_per_call)), avg_tokens=info.avg_tokens)
         entries.append(cost_entry_for(price=price, request_id=row.request_id, caller_id=row.caller_id,
                                       version_id=a.version_id, instance_id=a.instance_id, outcome=a.outcome,

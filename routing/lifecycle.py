@@ -29,8 +29,8 @@ def task_callback(*, entry, request_id: str, status: str, result=None, error: st
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
-    sent_to = Instance.objects.filter(pk=row.instance_id, agent__endpoint_id=entry.endpoint_id,
-                                      agent__environment_id=entry.environment_id).exists()
+    sent_to = row.instance_id is not None and Instance.objects.filter(
+        pk=row.instance_id, agent__endpoint_id=entry.endpoint_id, agent__environment_id=entry.environment_id).exists()
     if row.agent_endpoint != entry.endpoint_id or not sent_to:
         raise PermissionDenied("Only the agent this task was sent to may report on it.", code="not_your_task")
     return task_agent_report(task=row, status=status, result=result, error=error, source=entry.endpoint_id)
@@ -59,6 +59,8 @@ def _waiting(limit: int) -> list[Task]:
 
 
 async def _poll_one(row: Task, gate: asyncio.Semaphore) -> bool:
+    if row.instance is None:
+        return False
     async with gate:
         try:
             response = await engine.http().get(row.instance.status_url, params={"request_id": row.request_id},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncHour
@@ -78,7 +79,7 @@ def outbox_counts(*, endpoints: list[str] | None = None) -> dict[str, int]:
     return {"pending": counts.get("pending", 0), "dead": counts.get("dead", 0)}
 
 
-def task_for_caller(*, request_id: str, caller) -> Task:
+def task_for_caller(*, request_id: str, caller: Any) -> Task:
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")

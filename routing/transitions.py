@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import cast
 
 from django.db import DataError, connection, transaction
 from django.utils import timezone
@@ -112,7 +113,8 @@ def _commit_in_one_round_trip(task, expected, guard, columns, now, events, attem
 
     from ledger.models import CostEntry
 
-    query = Task.objects.filter(pk=task.pk, status__in=expected, **(guard or {})).query.chain(sql.UpdateQuery)
+    query = cast(sql.UpdateQuery, Task.objects.filter(pk=task.pk, status__in=expected, **(guard or {}))
+                 .query.chain(sql.UpdateQuery))
     query.add_update_values({"status": task.status, "updated_at": now, **columns})
     update_sql, update_params = query.get_compiler(connection=connection).as_sql()
     statements = [(f"WITH moved AS ({update_sql} RETURNING 1) "

@@ -17,7 +17,7 @@ from routing.api.serializers import (
 from routing.choices import TERMINAL, TaskStatus
 from routing.invoke import InvokeHeaders, task_invoke
 
-HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
+HTTP_STATUS: dict[str, int] = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
                TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
                TaskStatus.PENDING: 202, TaskStatus.ROUTED: 202}
 
@@ -38,7 +38,7 @@ def invoke_headers(headers) -> InvokeHeaders:
     """What a nested call carries (depth, call path, retry budget, trace), from the request's headers (any
     case-insensitive mapping: Django's request.headers, or the ASGI lane's lower-cased dict)."""
     return InvokeHeaders(
-        depth=_int_header(headers, "x-reach-depth", 0),
+        depth=_int_header(headers, "x-reach-depth", 0) or 0,
         call_path=tuple(p for p in headers.get("x-reach-call-path", "").split(",") if p),
         retry_budget=_int_header(headers, "x-reach-retry-budget", None),
         trace_id=headers.get("x-reach-trace-id", ""),

@@ -23,6 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 logger = logging.getLogger(__name__)
 
 _loop: asyncio.AbstractEventLoop | None = None
+# Set while a coroutine runs for sync code inside a transaction (``run_in_caller_thread``): its database work
+# then runs in that caller's thread, on the caller's connection and transaction.
+_caller_thread: contextvars.ContextVar[bool] = contextvars.ContextVar("reach_caller_thread", default=False)
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _background: set[asyncio.Task] = set()
@@ -84,6 +87,31 @@ def run(coro, timeout: float | None = None):
         coro.close()
         raise RuntimeError("engine.run() called on the engine loop; await the coroutine instead")
     return asyncio.run_coroutine_threadsafe(coro, loop()).result(timeout)
+
+
+def run_in_caller_thread(make_coro):
+    """Run the coroutine ``make_coro()`` for sync code that holds a transaction (a test's, or a caller's
+    ``atomic`` block): on a loop of its own (asgiref's ``async_to_sync``), with every ``db`` call run back in
+    this thread (``thread_sensitive``), so the work sees and joins the caller's transaction. Slower than ``run``
+    (a loop and clients per call); the serving paths never take it."""
+    from asgiref.sync import async_to_sync
+
+    async def main():
+        token = _caller_thread.set(True)
+        try:
+            return await make_coro()
+        finally:
+            _caller_thread.reset(token)
+            await _close_clients_here()
+
+    return async_to_sync(main)()
+
+
+async def _close_clients_here() -> None:
+    entry = _clients.pop(id(asyncio.get_running_loop()), None)
+    if entry is not None:
+        await entry[1].aclose()
+        await entry[2].aclose(close_connection_pool=True)
 
 
 def spawn(coro) -> None:
@@ -169,7 +197,12 @@ def _db_job(fn, args, kwargs):
 
 
 async def db(fn, /, *args, **kwargs):
-    """Run the sync function ``fn`` (ORM work, or anything that may block) in the database thread pool."""
+    """Run the sync function ``fn`` (ORM work, or anything that may block) in the database thread pool (or in
+    the waiting caller's thread, under ``run_in_caller_thread``)."""
+    if _caller_thread.get():
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
     ctx = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(
         db_pool(), functools.partial(ctx.run, _db_job, fn, args, kwargs))

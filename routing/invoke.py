@@ -131,14 +131,14 @@ async def invoke(*, caller, payload: dict, confirm: str | None = None, **options
 
 def task_invoke(*, caller, payload: dict, **options) -> Task:
     """``invoke`` for sync code (the DRF view, schedules, the review queue, the shell). An async task is only
-    claimed, in the caller's thread and transaction; a sync one runs on the engine loop."""
+    claimed, in the caller's thread and transaction; a sync one runs on the engine loop (inside a transaction,
+    on a loop of its own with its database work in this thread: see ``engine.run_in_caller_thread``)."""
     if options.get("mode", "sync") == "async" and not options.get("confirm"):
         options.pop("confirm", None)
         row, created = claim(task_fields(caller=caller, payload=payload, **options))
         return row
     if connection.in_atomic_block:
-        raise RuntimeError("a sync invoke runs its database work on the engine's threads: call it outside a "
-                           "transaction")
+        return engine.run_in_caller_thread(lambda: invoke(caller=caller, payload=payload, **options))
     return engine.run(invoke(caller=caller, payload=payload, **options))
 
 

@@ -187,3 +187,13 @@ class GatewayProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def run_async(coro):
+    """asyncio.run in a thread of its own: a test may run while another library (Playwright's sync API) keeps an
+    event loop running in the main thread."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

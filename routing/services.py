@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.services import Price, budget_check, cost_entries_record, cost_entry_for
-from reach_platform import tracing
+from reach_platform import jsonsafe, netguard, tracing
 from reach_platform.errors import (
     ApplicationError,
     Conflict,
@@ -27,6 +27,7 @@ from reach_platform.errors import (
     TooManyRequests,
 )
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
+from registry.services import agent_networks
 from routing import capacity, gateway, resolver, snapshot
 from routing.callbacks import check_callback_url, outbox_enqueue
 from routing.choices import SETTLED, TERMINAL, Decision, ReviewReason, TaskStatus
@@ -264,10 +265,12 @@ def tasks_poll(*, limit: int = 200) -> int:
                .select_related("instance").order_by("updated_at")[:limit])
     for row in waiting:
         try:
-            response = httpx.get(row.instance.status_url, params={"request_id": row.request_id},
-                                 headers={"X-Reach-Request-Id": row.request_id}, timeout=5)
-            report = response.json() if response.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+            response = netguard.request("GET", row.instance.status_url, allowed_networks=agent_networks(),
+                                        params={"request_id": row.request_id}, what="status_url",
+                                        headers={"X-Reach-Request-Id": row.request_id}, timeout=5)
+            report = jsonsafe.parse_json(response.content) if response.status_code == 200 else {}
+            report = report if isinstance(report, dict) else {}
+        except (httpx.HTTPError, ApplicationError):
             continue
         if report.get("status") in _AGENT_REPORTS:
             before = row.status

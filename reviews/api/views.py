@@ -86,7 +86,8 @@ class RedispatchInput(serializers.Serializer):
 
 class PromoteFeedbackInput(serializers.Serializer):
     capability = serializers.CharField(max_length=120)
-    feedback_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
+    feedback_ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), min_length=1,
+                                         max_length=1000)
 
 
 class AnswerInput(serializers.Serializer):

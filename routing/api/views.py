@@ -6,6 +6,7 @@ from rest_framework.views import APIView
 
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from routing import resolver, services
+from routing.api.headers import invoke_headers
 from routing.api.serializers import (
     CallbackInput,
     InvokeInput,
@@ -19,18 +20,6 @@ from routing.choices import TERMINAL, TaskStatus
 HTTP_STATUS = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
                TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
                TaskStatus.PENDING: 202, TaskStatus.ROUTED: 202}
-
-
-def _int_header(request, name: str, default: int | None) -> int | None:
-    raw = request.headers.get(name)
-    if raw is None:
-        return default
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        from reach_platform.errors import InvalidInput
-
-        raise InvalidInput(f"Header {name} must be an integer.")
 
 
 class ResolveView(APIView):
@@ -49,14 +38,7 @@ class InvokeView(APIView):
     def post(self, request):
         data = InvokeInput(data=request.data)
         data.is_valid(raise_exception=True)
-        headers = services.InvokeHeaders(
-            depth=_int_header(request, "X-Reach-Depth", 0),
-            call_path=tuple(p for p in request.headers.get("X-Reach-Call-Path", "").split(",") if p),
-            retry_budget=_int_header(request, "X-Reach-Retry-Budget", None),
-            trace_id=request.headers.get("X-Reach-Trace-Id", ""),
-            traceparent=request.headers.get("traceparent", ""),
-            parent_request_id=request.headers.get("X-Reach-Parent-Request-Id", ""),
-        )
+        headers = invoke_headers(request.headers)
         task = services.task_invoke(caller=request.user, headers=headers, **data.validated_data)
         status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
         return Response(task_output(task), status=status)

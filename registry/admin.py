@@ -6,7 +6,7 @@ from django.shortcuts import redirect
 from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
-from registry import services
+from registry import selectors, services
 from registry.choices import VersionState
 from registry.models import (
     Agent,
@@ -18,7 +18,7 @@ from registry.models import (
     Instance,
     Team,
 )
-from registry.permissions import can_edit_team, is_admin, sees_all_teams, team_ids
+from registry.permissions import can_edit_team, is_admin, team_ids
 
 
 class TeamScopedAdmin(admin.ModelAdmin):
@@ -34,10 +34,7 @@ class TeamScopedAdmin(admin.ModelAdmin):
         return target.pk
 
     def get_queryset(self, request):
-        qs = super().get_queryset(request)
-        if sees_all_teams(request.user):
-            return qs
-        return qs.filter(**{f"{self.team_path}__in": team_ids(request.user)})
+        return selectors.team_scoped(super().get_queryset(request), user=request.user, team_path=self.team_path)
 
     def has_change_permission(self, request, obj=None):
         if not super().has_change_permission(request, obj):
@@ -58,6 +55,9 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["slug", "name"]
     search_fields = ["slug", "name"]
     filter_horizontal = ["members"]
+
+    def get_queryset(self, request):
+        return selectors.team_list(user=request.user)
 
 
 @admin.register(Environment)
@@ -211,6 +211,10 @@ class CapabilityVersionAdmin(TeamScopedAdmin):
     WORKFLOW_FIELDS = ["state", "is_canary", "canary_share", "rolled_back", "confidence_weight", "review_comment",
                        "submitted_by", "reviewed_by", "embedded_with", "activated_at", "created_at", "updated_at",
                        "audit_history"]
+
+    def get_queryset(self, request):
+        # ACTIVE versions are every caller's to read; drafts and reviews only their team's (and reviewers')
+        return selectors.capability_versions_visible(admin.ModelAdmin.get_queryset(self, request), user=request.user)
 
     def get_fields(self, request, obj=None):
         fields = ["capability", "version", *services.DRAFT_FIELDS]

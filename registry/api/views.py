@@ -60,7 +60,7 @@ class AgentViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_field = "endpoint_id"
 
     def get_queryset(self):
-        return selectors.agent_list()
+        return selectors.agent_list(user=self.request.user)
 
     @extend_schema(request=AgentUpdateInput, responses={200: AgentOutput})
     def partial_update(self, request, endpoint_id=None):
@@ -68,7 +68,7 @@ class AgentViewSet(viewsets.ReadOnlyModelViewSet):
         data = AgentUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
         agent = services.agent_update(agent=self.get_object(), actor=request.user, **data.validated_data)
-        return Response(AgentOutput(selectors.agent_list().get(pk=agent.pk)).data)
+        return Response(AgentOutput(selectors.agent_list(user=request.user).get(pk=agent.pk)).data)
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
@@ -76,7 +76,7 @@ class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = InstanceFilter
 
     def get_queryset(self):
-        return selectors.instance_list()
+        return selectors.instance_list(user=self.request.user)
 
 
 class CapabilityVersionViewSet(viewsets.ReadOnlyModelViewSet):
@@ -84,7 +84,7 @@ class CapabilityVersionViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = CapabilityVersionFilter
 
     def get_queryset(self):
-        return selectors.capability_version_list()
+        return selectors.capability_version_list(user=self.request.user)
 
     @extend_schema(request=DraftCreateInput, responses={201: CapabilityVersionOutput})
     def create(self, request):

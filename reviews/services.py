@@ -22,7 +22,7 @@ from registry.choices import ACTIONS, VersionState
 from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES
 from registry.generation import bump_generation
 from registry.models import Capability, CapabilityVersion
-from registry.permissions import ensure_can_edit_team, is_reviewer, is_team_member_of
+from registry.permissions import can_read_any_task, ensure_can_edit_team, is_reviewer, is_team_member_of
 from registry.services import capability_version_activate, capability_version_draft_create
 from reviews.models import ReviewClaim, RoutingFeedback
 from routing.choices import AttemptOutcome, ReviewReason, TaskStatus
@@ -225,7 +225,7 @@ def canaries_evaluate() -> int:
 
 def task_feedback(*, task, actor, correct: bool, comment: str = "") -> RoutingFeedback:
     """A caller says whether the routing was right: stored as a labelled routing example."""
-    if task.caller_id and task.caller_id != actor.pk and not actor.is_staff:
+    if task.caller_id and task.caller_id != actor.pk and not can_read_any_task(actor):
         raise PermissionDenied("This task belongs to another caller.")
     capability = (task.capability_label or "").split("@")[0]
     return RoutingFeedback.objects.create(task=task, request_text=task.task_text, capability=capability,

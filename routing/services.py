@@ -27,6 +27,7 @@ from reach_platform.errors import (
     TooManyRequests,
 )
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
+from registry.permissions import can_read_any_task
 from registry.services import agent_networks
 from routing import capacity, gateway, resolver, snapshot
 from routing.callbacks import check_callback_url, outbox_enqueue
@@ -545,6 +546,6 @@ def task_for_caller(*, request_id: str, caller) -> Task:
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
-    if row.caller_id and caller is not None and row.caller_id != caller.pk and not caller.is_staff:
+    if row.caller_id and caller is not None and row.caller_id != caller.pk and not can_read_any_task(caller):
         raise PermissionDenied("This task belongs to another caller.")
     return row

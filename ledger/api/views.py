@@ -14,6 +14,7 @@ from ledger.selectors import weekly_report
 from ledger.services import iso_week
 from reach_platform.errors import InvalidInput
 from reach_platform.pagination import Pagination
+from registry.permissions import can_read_ledger
 
 WEEK = re.compile(r"^\d{4}-W(0[1-9]|[1-4]\d|5[0-3])$")
 COLUMNS = ["agent", "team", "week", "calls", "success_rate", "p50_latency_ms", "p95_latency_ms", "tokens_in",
@@ -21,13 +22,12 @@ COLUMNS = ["agent", "team", "week", "calls", "success_rate", "p50_latency_ms", "
 
 
 class CanReadLedger(BasePermission):
-    """Finance, reviewers of cost and admins: staff or members of the 'finance' group."""
+    """The finance role and admins (not the staff flag: every admin user is staff)."""
 
     message = "Reading the ledger needs the finance role."
 
     def has_permission(self, request, view):
-        user = request.user
-        return bool(user and user.is_authenticated and (user.is_staff or user.groups.filter(name="finance").exists()))
+        return bool(request.user and request.user.is_authenticated and can_read_ledger(request.user))
 
 
 def report_csv(rows: list[dict], by: str = "agent") -> str:

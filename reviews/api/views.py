@@ -117,7 +117,7 @@ class QueueListView(APIView):
 
         params = QueueFilter(data=request.query_params)
         params.is_valid(raise_exception=True)
-        qs = queue_items(**{k: v for k, v in params.validated_data.items() if v})
+        qs = queue_items(reader=request.user, **{k: v for k, v in params.validated_data.items() if v})
         items = [{"request_id": t.request_id, "reason": t.review_reason, "status": t.status,
                   "task_text": t.task_text, "capability_guess": t.capability_guess,
                   "score": (t.decision or {}).get("score"), "created_at": t.created_at,

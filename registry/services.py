@@ -15,6 +15,7 @@ from reach_platform import netguard
 from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from registry.audit import audit, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
+from registry.descriptors import schema_problems
 from registry.generation import bump_generation
 from registry.models import Agent, AllowlistEntry, CapabilityVersion, Environment, Instance, Team, hash_key
 
@@ -288,6 +289,10 @@ def capability_version_activate(*, version: CapabilityVersion, actor=None, actor
     version = CapabilityVersion.objects.select_for_update().get(pk=version.pk)
     if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
         raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
+    problems = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
+    if problems:  # what routes must validate payloads without failing (admins may activate unreviewed drafts)
+        raise InvalidInput(f"Version {version} has invalid schemas.", code="invalid_schema",
+                           details=[f"{where} {problem}" for where, problem in problems])
     before = {"state": version.state}
     if not version.is_canary:
         for old in CapabilityVersion.objects.select_for_update().filter(

@@ -12,14 +12,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from ledger.selectors import Percentile
 from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
 from registry.audit import audit
 from registry.choices import ACTIONS, VersionState
-from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES
+from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES, schema_problems
 from registry.generation import bump_generation
 from registry.models import Capability, CapabilityVersion
 from registry.permissions import can_read_any_task, ensure_can_edit_team, is_reviewer, is_team_member_of
@@ -42,11 +40,8 @@ def submission_problems(version: CapabilityVersion) -> list[str]:
         problems.append(f"needs at least {MIN_NEGATIVES} negative case")
     if version.action not in ACTIONS:
         problems.append(f"action '{version.action}' is not in the preset list")
-    for name in ("input_schema", "output_schema"):
-        try:
-            Draft202012Validator.check_schema(getattr(version, name) or {})
-        except SchemaError as exc:
-            problems.append(f"{name} is not a valid JSON Schema: {exc.message}")
+    problems += [f"{where} {problem}" for where, problem in schema_problems(
+        version.input_schema, version.output_schema, version.reject_conditions)]
     return problems
 
 

@@ -45,6 +45,18 @@ def submission_problems(version: CapabilityVersion) -> list[str]:
     return problems
 
 
+def ensure_four_eyes(version: CapabilityVersion, actor, what: str) -> None:
+    """Four eyes, always: a reviewer decides on a version only when they are not in its owning team and did not
+    submit it themselves (an admin with no team included)."""
+    if not is_reviewer(actor):
+        raise PermissionDenied(f"Only reviewers may {what} a capability version.", code="not_a_reviewer")
+    if is_team_member_of(actor, _team_id(version)):
+        raise PermissionDenied(f"Reviewers cannot {what} their own team's versions.", code="own_team")
+    submitter = CapabilityVersion.objects.filter(pk=version.pk).values_list("submitted_by_id", flat=True).first()
+    if submitter is not None and submitter == actor.pk:
+        raise PermissionDenied(f"The person who submitted a version cannot {what} it.", code="own_submission")
+
+
 def _move(version: CapabilityVersion, *, expected: str, to: str, **fields) -> None:
     updated = CapabilityVersion.objects.filter(pk=version.pk, state=expected).update(
         state=to, updated_at=timezone.now(), **fields)
@@ -74,10 +86,7 @@ def capability_version_submit(*, version: CapabilityVersion, actor) -> Capabilit
 def capability_version_approve(*, version: CapabilityVersion, actor, confidence_weight: float,
                                canary_share: float | None = None) -> CapabilityVersion:
     """SUBMITTED -> APPROVED -> ACTIVE (the previous ACTIVE version retires, unless this one is a canary)."""
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may approve.", code="not_a_reviewer")
-    if is_team_member_of(actor, _team_id(version)):
-        raise PermissionDenied("Reviewers cannot approve their own team's submissions.", code="own_team")
+    ensure_four_eyes(version, actor, "approve")
     if not 0 <= confidence_weight <= 1:
         raise InvalidInput("confidence_weight must be between 0 and 1.")
     if canary_share is not None and not 0 < canary_share < 1:
@@ -97,8 +106,7 @@ def capability_version_approve(*, version: CapabilityVersion, actor, confidence_
 
 @transaction.atomic
 def capability_version_reject(*, version: CapabilityVersion, actor, comment: str) -> CapabilityVersion:
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may reject.", code="not_a_reviewer")
+    ensure_four_eyes(version, actor, "reject")
     if not comment or not comment.strip():
         raise InvalidInput("A rejection needs a comment.", code="comment_required")
     _move(version, expected=VersionState.SUBMITTED, to=VersionState.REJECTED, reviewed_by=actor,
@@ -121,8 +129,7 @@ def _active_canary(version: CapabilityVersion) -> CapabilityVersion:
 @transaction.atomic
 def capability_version_promote(*, version: CapabilityVersion, actor) -> CapabilityVersion:
     """A canary takes all the traffic: the previous stable version retires."""
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may promote a canary.", code="not_a_reviewer")
+    ensure_four_eyes(version, actor, "promote")
     version = _active_canary(version)
     for old in CapabilityVersion.objects.select_for_update().filter(
             capability=version.capability, state=VersionState.ACTIVE, is_canary=False):
@@ -142,8 +149,8 @@ def capability_version_promote(*, version: CapabilityVersion, actor) -> Capabili
 def capability_version_rollback(*, version: CapabilityVersion, actor=None, reason: str,
                                 stats: dict | None = None) -> CapabilityVersion:
     """Take a canary out of traffic: RETIRED with the ``rolled_back`` flag; the stable version keeps serving."""
-    if actor is not None and not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may roll back a canary.", code="not_a_reviewer")
+    if actor is not None:  # None: the automatic rollback
+        ensure_four_eyes(version, actor, "roll back")
     version = _active_canary(version)
     _move(version, expected=VersionState.ACTIVE, to=VersionState.RETIRED, rolled_back=True,
           review_comment=f"Rolled back: {reason}"[:4000])

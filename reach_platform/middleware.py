@@ -1,5 +1,6 @@
-"""Answers under /api/ are JSON, whatever went wrong: Django's own 400/404/413/500 answers (and, with DEBUG on,
-its debug pages with settings, paths and SQL) are replaced by the API's error body."""
+"""Request-wide middleware: every request gets an id (audit rows carry it), and answers under /api/ are JSON
+whatever went wrong: Django's own 400/404/413/500 answers (and, with DEBUG on, its debug pages with settings,
+paths and SQL) are replaced by the API's error body."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 
+from reach_platform import request_context
 from reach_platform.errors import error_body
 
 logger = logging.getLogger("reach_platform.errors")
@@ -19,6 +21,24 @@ _CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_n
 
 def _json_error(status: int, message: str) -> JsonResponse:
     return JsonResponse(error_body(_CODES.get(status, "error"), message), status=status)
+
+
+class RequestIdMiddleware:
+    """Binds the request's id (the caller's ``X-Request-Id`` when sane, else a fresh one) for the audit rows
+    written while serving it, and answers with it in ``X-Request-Id``."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request_id = request_context.request_id_from(request.headers.get("X-Request-Id"))
+        token = request_context.bind(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            request_context.unbind(token)
+        response["X-Request-Id"] = request_id
+        return response
 
 
 class ApiJsonErrorsMiddleware:

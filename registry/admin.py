@@ -7,6 +7,7 @@ from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
 from registry import selectors, services
+from registry.audit import object_save
 from registry.choices import VersionState
 from registry.models import (
     Agent,
@@ -135,7 +136,7 @@ class AgentAdmin(TeamScopedAdmin):
         fields = {name: form.cleaned_data[name] for name in form.changed_data if name in services.AGENT_EDITABLE}
         other = [name for name in form.changed_data if name not in services.AGENT_EDITABLE]
         if other and is_admin(request.user):
-            super().save_model(request, obj, form, change)
+            object_save(obj=obj, actor=request.user, fields=other)
         if fields:
             services.agent_update(agent=obj, actor=request.user, **fields)
 
@@ -186,7 +187,7 @@ class CapabilityAdmin(TeamScopedAdmin):
         from registry.permissions import ensure_can_edit_team
 
         ensure_can_edit_team(request.user, obj.agent.team_id, f"agent '{obj.agent.endpoint_id}'")
-        super().save_model(request, obj, form, change)
+        object_save(obj=obj, actor=request.user, fields=["name", "agent"])
     search_fields = ["name", "agent__endpoint_id"]
     inlines = [VersionInline]
 
@@ -285,6 +286,9 @@ class AuditLogAdmin(admin.ModelAdmin):
     list_filter = ["action", "target_type"]
     search_fields = ["target_repr", "actor_label", "request_id", "target_id"]
     date_hierarchy = "created_at"
+
+    def get_queryset(self, request):
+        return selectors.audit_log_list(user=request.user)
 
     def has_add_permission(self, request):
         return False

@@ -9,11 +9,12 @@ Who reads what (the API and the admin both read through these):
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import CharField, Prefetch, Q, QuerySet
+from django.db.models.functions import Cast
 
 from registry.choices import VersionState
 from registry.filters import AgentFilter, CapabilityVersionFilter, InstanceFilter
-from registry.models import Agent, CapabilityVersion, Instance, Team
+from registry.models import Agent, AllowlistEntry, AuditLog, Capability, CapabilityVersion, Instance, Team
 from registry.permissions import sees_all_teams, team_ids
 
 
@@ -51,3 +52,23 @@ def capability_version_list(*, user, filters: dict | None = None) -> QuerySet[Ca
 def team_list(*, user) -> QuerySet[Team]:
     """Admins and reviewers see every team and its members; anyone else only the teams they belong to."""
     return team_scoped(Team.objects.all(), user=user, team_path="pk")
+
+
+# Audit targets that belong to a team, and the path from each to its team.
+_TEAM_TARGETS = [(Agent, "team"), (Instance, "agent__team"), (Capability, "agent__team"),
+                 (CapabilityVersion, "capability__agent__team"), (AllowlistEntry, "team"), (Team, "pk")]
+
+
+def audit_log_list(*, user) -> QuerySet[AuditLog]:
+    """Admins and reviewers read the whole trail; anyone else the rows about their own teams' objects and their
+    own actions (another team's rows carry its allowlist key prefixes and its people's names)."""
+    qs = AuditLog.objects.all()
+    if sees_all_teams(user):
+        return qs
+    teams = team_ids(user)
+    visible = Q(actor_id=user.pk)
+    for model, path in _TEAM_TARGETS:
+        ids = (model.objects.filter(**{f"{path}__in": teams}).annotate(key=Cast("pk", CharField()))
+               .values("key"))
+        visible |= Q(target_type=model._meta.label_lower, target_id__in=ids)
+    return qs.filter(visible)

@@ -363,7 +363,7 @@ def queue_replay(*, task, reviewer) -> int:
         raise Conflict("This task has no dead-lettered callback.", code="state_conflict")
     with transaction.atomic():
         for delivery in dead:
-            delivery_replay(delivery)
+            delivery_replay(delivery, actor=reviewer)
         _resolve_claim(claim, ReviewClaim.Resolution.REPLAYED)
         audit(action="review.replayed", target=task, actor=reviewer, after={"deliveries": [d.pk for d in dead]})
     return len(dead)

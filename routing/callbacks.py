@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from reach_platform import netguard
 from reach_platform.errors import InvalidInput
+from registry.audit import audit
 from routing.models import CallbackDelivery, CallerSecret, Task
 
 SIGNATURE_HEADER = "X-Reach-Signature"
@@ -96,10 +97,13 @@ def delivery_dead_letter(delivery_id: int) -> None:
             review_item_opened.send(sender=Task, task_id=task_id)
 
 
-def delivery_replay(delivery: CallbackDelivery) -> None:
-    """Replay a dead letter (admin action): back to PENDING with a fresh retry allowance."""
+def delivery_replay(delivery: CallbackDelivery, *, actor=None) -> None:
+    """Replay a dead letter (admin action): back to PENDING with a fresh retry allowance, and an audit row."""
     from routing.tasks import deliver_callback
 
-    if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
-            status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None):
-        transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))
+    with transaction.atomic():
+        if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
+                status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None):
+            audit(action="callback.replayed", target=delivery, actor=actor, before={"status": "dead"},
+                  after={"status": "pending"})
+            transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))

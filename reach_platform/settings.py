@@ -113,6 +113,14 @@ def database_from_url(url: str) -> dict:
 DATABASE_URL = os.environ.get("DATABASE_URL") or local_services.embedded_postgres_url()
 EMBEDDED_POSTGRES = local_services.is_embedded_postgres(DATABASE_URL)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
+# PostgreSQL logs a failed statement (STATEMENT, with the bound values: callers' payloads) and the error's
+# DETAIL/CONTEXT (fragments of the data) by default; a duplicate request_id alone would copy a payload into the
+# log. These session settings need a superuser, as on the embedded server; elsewhere set them in postgresql.conf
+# (README "Security") or with REACH_PG_QUIET_ERRORS=true when the application's role may.
+PG_QUIET_ERRORS = "-c log_min_error_statement=panic -c log_error_verbosity=terse"
+if env_bool("REACH_PG_QUIET_ERRORS", local_services.is_embedded_postgres(DATABASE_URL)):
+    DATABASES["default"]["OPTIONS"]["options"] = " ".join(
+        filter(None, [DATABASES["default"]["OPTIONS"].get("options", ""), PG_QUIET_ERRORS]))
 # Test runs point separate processes (Celery workers, the served gateway) at the test database by name.
 if os.environ.get("REACH_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["REACH_DB_NAME"]

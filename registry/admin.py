@@ -3,6 +3,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
@@ -76,11 +78,19 @@ class AllowlistEntryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Issue (rotate) agent keys for the selected entries")
     def issue_keys(self, request, queryset):
+        """The raw keys are shown once, on the page this POST answers with: never in a message (the messages
+        framework keeps them in a signed, not encrypted, cookie) and never cached."""
+        issued = []
         for entry in queryset.select_related("environment", "team"):
             _, raw = services.allowlist_entry_issue(endpoint_id=entry.endpoint_id,
                                                     environment=entry.environment.name,
                                                     team=entry.team.slug, actor=request.user)
-            self.message_user(request, f"Key for {entry}: {raw} (shown once, store it now)", messages.WARNING)
+            issued.append({"entry": str(entry), "key": raw})
+        context = {**self.admin_site.each_context(request), "title": "Agent keys issued", "issued": issued,
+                   "opts": self.model._meta}
+        response = TemplateResponse(request, "admin/registry/allowlistentry/issued_keys.html", context)
+        add_never_cache_headers(response)
+        return response
 
 
 class AdminOnlyEditsInline(admin.TabularInline):

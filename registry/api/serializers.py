@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from registry.choices import Transport
+from registry.choices import Liveness, Transport
 from registry.models import Agent, CapabilityVersion, Instance
 
 # The largest values the columns hold (PostgreSQL integer and bigint).
@@ -33,6 +33,11 @@ class HeartbeatInput(serializers.Serializer):
     instance_id = serializers.CharField(max_length=100)
     in_flight = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     load = serializers.FloatField(min_value=0, max_value=1e6, default=0.0)
+
+
+class HeartbeatOutput(serializers.Serializer):
+    instance_id = serializers.CharField()
+    liveness = serializers.ChoiceField(choices=Liveness.choices)
 
 
 class DeregisterInput(serializers.Serializer):

@@ -15,11 +15,13 @@ from registry.api.serializers import (
     DraftCreateInput,
     DraftFields,
     HeartbeatInput,
+    HeartbeatOutput,
     InstanceOutput,
     RegisterInput,
 )
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from registry.filters import AgentFilter, CapabilityVersionFilter, InstanceFilter
+from registry.models import Agent, CapabilityVersion, Instance
 
 
 class AgentCommandView(APIView):
@@ -37,7 +39,7 @@ class RegisterView(AgentCommandView):
 
 
 class HeartbeatView(AgentCommandView):
-    @extend_schema(request=HeartbeatInput, responses={200: InstanceOutput})
+    @extend_schema(request=HeartbeatInput, responses={200: HeartbeatOutput})
     def post(self, request):
         data = HeartbeatInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -55,6 +57,7 @@ class DeregisterView(AgentCommandView):
 
 
 class AgentViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Agent.objects.none()  # the model, for the schema; reads go through the selector
     serializer_class = AgentOutput
     filterset_class = AgentFilter
     lookup_field = "endpoint_id"
@@ -72,6 +75,7 @@ class AgentViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Instance.objects.none()
     serializer_class = InstanceOutput
     filterset_class = InstanceFilter
 
@@ -80,6 +84,7 @@ class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class CapabilityVersionViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = CapabilityVersion.objects.none()
     serializer_class = CapabilityVersionOutput
     filterset_class = CapabilityVersionFilter
 

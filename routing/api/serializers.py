@@ -78,10 +78,10 @@ class TaskOutput(serializers.ModelSerializer):
     def get_capability_version(self, obj) -> str | None:
         return obj.capability_label or None
 
-    def get_candidates(self, obj):
+    def get_candidates(self, obj) -> list[dict] | None:
         return obj.decision.get("candidates", []) if obj.status == "needs_confirmation" else None
 
-    def get_links(self, obj):
+    def get_links(self, obj) -> dict[str, str]:
         return {"self": f"/api/v1/tasks/{obj.request_id}"}
 
 

@@ -34,7 +34,7 @@ class ResolveView(APIView):
 
 
 class InvokeView(APIView):
-    @extend_schema(request=InvokeInput, responses={200: TaskOutput})
+    @extend_schema(request=InvokeInput, responses={200: TaskOutput, 202: TaskOutput, 502: TaskOutput})
     def post(self, request):
         data = InvokeInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -99,6 +99,16 @@ def read_limited(stream, content_length: int | None, *, max_bytes: int | None = 
     return raw
 
 
+def clean_form_json(form, names) -> None:
+    """The same checks for the JSON fields of an admin form: a form error instead of a database error."""
+    for name in names:
+        if name in form.cleaned_data:
+            try:
+                check_value(form.cleaned_data[name], where=name)
+            except ApplicationError as exc:
+                form.add_error(name, exc.message)
+
+
 class SafeJSONParser(JSONParser):
     """DRF's JSON parser, through ``parse_json``. The default (and only) parser of the API."""
 

@@ -8,6 +8,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
+from reach_platform.jsonsafe import clean_form_json
 from registry import selectors, services
 from registry.audit import object_save
 from registry.choices import VersionState
@@ -206,6 +207,11 @@ class DraftForm(forms.ModelForm):
     class Meta:
         model = CapabilityVersion
         fields = ["capability", "version", *services.DRAFT_FIELDS]
+
+    def clean(self):
+        data = super().clean()
+        clean_form_json(self, ["examples", "negative_cases", "reject_conditions", "input_schema", "output_schema"])
+        return data
 
 
 @admin.register(CapabilityVersion)

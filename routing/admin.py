@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
+from reach_platform.jsonsafe import clean_form_json
 from registry.admin_audit import AuditedAdmin
 from routing.callbacks import delivery_replay
 from routing.models import (
@@ -177,6 +178,7 @@ class ScheduleForm(forms.ModelForm):
         from routing.schedules import schedule_validate
 
         data = super().clean()
+        clean_form_json(self, ["payload"])
         probe = Schedule(**{k: data.get(k) for k in ("cron", "every_seconds", "capability", "task_text")},
                          payload=data.get("payload", {}))
         probe.cron, probe.capability, probe.task_text = probe.cron or "", probe.capability or "", probe.task_text or ""

@@ -144,3 +144,13 @@ def test_an_unexpected_error_is_a_json_500_whose_log_line_quotes_nothing(api, mo
     assert any(getattr(r, "exc_type", "") == "DataError" for r in caplog.records)
     logged = json.dumps([{**r.__dict__, "exc_info": repr(r.exc_info)} for r in caplog.records], default=str)
     assert "DE89370400440532013000" not in logged
+
+
+def test_admin_forms_refuse_json_that_cannot_be_stored(admin_client, user):
+    from routing.models import Schedule
+
+    response = admin_client.post("/admin/routing/schedule/add/", {
+        "name": "nul", "enabled": "on", "cron": "0 3 * * *", "capability": "order.query",
+        "payload": '{"note": "a\\u0000b"}', "caller": user.pk})
+    assert response.status_code == 200 and b"NUL character" in response.content
+    assert not Schedule.objects.exists()

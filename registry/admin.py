@@ -229,10 +229,6 @@ class CapabilityVersionAdmin(TeamScopedAdmin):
                        "submitted_by", "reviewed_by", "embedded_with", "activated_at", "created_at", "updated_at",
                        "audit_history"]
 
-    def get_queryset(self, request):
-        # ACTIVE versions are every caller's to read; drafts and reviews only their team's (and reviewers')
-        return selectors.capability_versions_visible(admin.ModelAdmin.get_queryset(self, request), user=request.user)
-
     def get_fields(self, request, obj=None):
         fields = ["capability", "version", *services.DRAFT_FIELDS]
         return fields if obj is None else [*fields, *self.WORKFLOW_FIELDS]

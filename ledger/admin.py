@@ -12,6 +12,7 @@ from ledger.models import Budget, CostEntry
 from ledger.selectors import previous_week, weekly_report, weekly_totals
 from ledger.services import month_spend
 from reach_platform.errors import ApplicationError
+from registry.admin_audit import AuditedAdmin
 
 
 @admin.register(CostEntry)
@@ -61,7 +62,7 @@ class CostEntryAdmin(admin.ModelAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(AuditedAdmin):
     list_display = ["__str__", "team", "caller", "monthly_limit", "warn_ratio", "spent_this_month"]
 
     @admin.display(description="Spent this month")

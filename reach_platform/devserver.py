@@ -49,6 +49,12 @@ def main() -> None:
     print(f"DEBUG={os.environ['DEBUG']} (make run is for development; see README 'Serving' for production)",
           flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
+    # The example agents (and a local callback receiver) listen on loopback, which the address guard refuses
+    # unless allowed; production lists its agents' networks instead.
+    for name in ("REACH_AGENT_ALLOWED_NETWORKS", "REACH_CALLBACK_ALLOWED_NETWORKS"):
+        if name not in os.environ:
+            os.environ[name] = "127.0.0.0/8,::1/128"
+            print(f"make run: {name}={os.environ[name]} (loopback allowed for the local agents)", flush=True)
     import django
 
     django.setup()  # starts the embedded PostgreSQL / Redis when needed

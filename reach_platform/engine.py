@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def pending_background() -> int:
     return len(_background)
 
 
-_clients: dict[int, tuple[asyncio.AbstractEventLoop, object, object]] = {}
+_clients: dict[int, tuple[asyncio.AbstractEventLoop, Any, Any]] = {}
 
 
 def _clients_here():

@@ -12,7 +12,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 
 class ApplicationError(Exception):
@@ -63,7 +62,7 @@ class PaymentRequired(ApplicationError):
     code = "budget_exceeded"
 
 
-def _body(code: str, message: str, details: Any = None) -> dict:
+def error_body(code: str, message: str, details: Any = None) -> dict:
     error = {"code": code, "message": message}
     if details is not None:
         error["details"] = details
@@ -71,20 +70,23 @@ def _body(code: str, message: str, details: Any = None) -> dict:
 
 
 def exception_handler(exc, context):
+    # imported here: DRF's views module loads the default parser (reach_platform.jsonsafe), which imports this one
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, ApplicationError):
-        return Response(_body(exc.code, exc.message, exc.details), status=exc.status_code, headers=exc.headers)
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code, headers=exc.headers)
     if isinstance(exc, DjangoValidationError):
-        return Response(_body("invalid", "; ".join(exc.messages), getattr(exc, "message_dict", None)), status=400)
+        return Response(error_body("invalid", "; ".join(exc.messages), getattr(exc, "message_dict", None)), status=400)
     if isinstance(exc, Http404):
-        return Response(_body("not_found", str(exc) or "Not found."), status=404)
+        return Response(error_body("not_found", str(exc) or "Not found."), status=404)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     if isinstance(exc, drf_exceptions.ValidationError):
-        response.data = _body("invalid", "The request body is not valid.", exc.detail)
+        response.data = error_body("invalid", "The request body is not valid.", exc.detail)
     elif isinstance(exc, drf_exceptions.ParseError):
-        response.data = _body("bad_json", f"The request body is not valid JSON: {exc.detail}")
+        response.data = error_body("bad_json", f"The request body is not valid JSON: {exc.detail}")
     else:
         detail = getattr(exc, "detail", str(exc))
-        response.data = _body(getattr(exc, "default_code", "error"), str(detail))
+        response.data = error_body(getattr(exc, "default_code", "error"), str(detail))
     return response

@@ -1,4 +1,4 @@
-"""Prometheus metrics (served at /metrics to staff or with REACH_METRICS_TOKEN)."""
+"""Prometheus metrics (served at /metrics to admins or with REACH_METRICS_TOKEN)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ BUDGET_REFUSALS = Counter("reach_budget_refusals_total", "402 answers", ["scope"
 
 
 def metrics_view(request):
-    """Prometheus text format. Staff sessions, or ``Authorization: Bearer $REACH_METRICS_TOKEN``."""
+    """Prometheus text format. Admin sessions, or ``Authorization: Bearer $REACH_METRICS_TOKEN``."""
     import hmac
     import os
 
@@ -24,10 +24,13 @@ def metrics_view(request):
 
     token = os.environ.get("REACH_METRICS_TOKEN", "")
     header = request.headers.get("Authorization", "")
-    allowed = (getattr(request, "user", None) is not None and request.user.is_authenticated and request.user.is_staff) \
+    from registry.permissions import can_read_metrics
+
+    user = getattr(request, "user", None)
+    allowed = (user is not None and user.is_authenticated and can_read_metrics(user)) \
         or (token and hmac.compare_digest(header, f"Bearer {token}"))
     if not allowed:
-        return HttpResponse("metrics need a staff session or the metrics token\n", status=403)
+        return HttpResponse("metrics need an admin session or the metrics token\n", status=403)
     _refresh_gauges()
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 

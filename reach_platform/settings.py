@@ -26,6 +26,10 @@ def env_float(name: str, default: float) -> float:
     return default if raw in (None, "") else float(raw)
 
 
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
 # Off unless asked for: `make run` turns it on (and says so); a deployment never shows Django's debug pages.
 DEBUG = env_bool("DEBUG", False)
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes the tests start).
@@ -71,6 +75,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "reach_platform.middleware.RequestIdMiddleware",
+    "reach_platform.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -119,6 +125,14 @@ def database_from_url(url: str) -> dict:
 DATABASE_URL = os.environ.get("DATABASE_URL") or local_services.embedded_postgres_url()
 EMBEDDED_POSTGRES = local_services.is_embedded_postgres(DATABASE_URL)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
+# PostgreSQL logs a failed statement (STATEMENT, with the bound values: callers' payloads) and the error's
+# DETAIL/CONTEXT (fragments of the data) by default; a duplicate request_id alone would copy a payload into the
+# log. These session settings need a superuser, as on the embedded server; elsewhere set them in postgresql.conf
+# (README "Security") or with REACH_PG_QUIET_ERRORS=true when the application's role may.
+PG_QUIET_ERRORS = "-c log_min_error_statement=panic -c log_error_verbosity=terse"
+if env_bool("REACH_PG_QUIET_ERRORS", local_services.is_embedded_postgres(DATABASE_URL)):
+    DATABASES["default"]["OPTIONS"]["options"] = " ".join(
+        filter(None, [DATABASES["default"]["OPTIONS"].get("options", ""), PG_QUIET_ERRORS]))
 # Test runs point separate processes (Celery workers, the served gateway) at the test database by name.
 if os.environ.get("REACH_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["REACH_DB_NAME"]
@@ -151,7 +165,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # JSON only, through reach_platform.jsonsafe: size, depth, NUL and lone-surrogate checks before any service.
+    "DEFAULT_PARSER_CLASSES": ["reach_platform.jsonsafe.SafeJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    "DEFAULT_PAGINATION_CLASS": "reach_platform.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "reach_platform.errors.exception_handler",
@@ -166,6 +183,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The error answers of every operation (reach_platform.openapi); required strings get minLength 1.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "reach_platform.openapi.add_error_responses"],
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 CELERY_BROKER_URL = REDIS_URL
@@ -187,6 +208,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_TASK_ALWAYS_EAGER = False
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+_TEST_NETWORKS = "127.0.0.0/8,::1/128" if os.environ.get("PYTEST_VERSION") else ""
 
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
 REACH: dict[str, Any] = {
@@ -221,9 +244,12 @@ REACH: dict[str, Any] = {
     "BREAKER_MIN_REQUESTS": 20,
     "BREAKER_FAILURE_RATE": 0.4,
     "BREAKER_OPEN_S": 30,
-    # Callback URLs may reach these private networks (link-local/metadata are always refused).
-    "CALLBACK_ALLOWED_NETWORKS": [n for n in os.environ.get(
-        "REACH_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else "").split(",") if n],
+    # Callers' callback URLs and agents' url/health_url/status_url may reach these non-public networks
+    # (link-local and metadata addresses are always refused; see reach_platform.netguard). Empty by default,
+    # whatever DEBUG says; `make run` sets loopback in the environment, and so does a test run (PYTEST_VERSION,
+    # also inherited by the workers it starts), whose agents and callback receivers listen on 127.0.0.1.
+    "CALLBACK_ALLOWED_NETWORKS": env_list("REACH_CALLBACK_ALLOWED_NETWORKS", _TEST_NETWORKS),
+    "AGENT_ALLOWED_NETWORKS": env_list("REACH_AGENT_ALLOWED_NETWORKS", _TEST_NETWORKS),
     # A task with no outcome by then is failed by the reaper (async agents that never report, lost workers).
     "TASK_DEADLINE_S": env_float("REACH_TASK_DEADLINE_S", 900),
     # A worker's claim on an async task; a redelivered message resumes the task only after it.

@@ -4,11 +4,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import path
+from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from reach_platform.errors import ApplicationError
-from registry import onboarding, services
+from reach_platform.jsonsafe import clean_form_json
+from registry import onboarding, selectors, services
+from registry.audit import object_save
 from registry.choices import VersionState
 from registry.models import (
     Agent,
@@ -20,7 +24,7 @@ from registry.models import (
     Instance,
     Team,
 )
-from registry.permissions import can_edit_team, is_admin, sees_all_teams, team_ids
+from registry.permissions import can_edit_team, is_admin, team_ids
 
 
 class TeamScopedAdmin(admin.ModelAdmin):
@@ -36,10 +40,7 @@ class TeamScopedAdmin(admin.ModelAdmin):
         return target.pk
 
     def get_queryset(self, request):
-        qs = super().get_queryset(request)
-        if sees_all_teams(request.user):
-            return qs
-        return qs.filter(**{f"{self.team_path}__in": team_ids(request.user)})
+        return selectors.team_scoped(super().get_queryset(request), user=request.user, team_path=self.team_path)
 
     def has_change_permission(self, request, obj=None):
         if not super().has_change_permission(request, obj):
@@ -61,6 +62,9 @@ class TeamAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name"]
     filter_horizontal = ["members"]
 
+    def get_queryset(self, request):
+        return selectors.team_list(user=request.user)
+
 
 @admin.register(Environment)
 class EnvironmentAdmin(admin.ModelAdmin):
@@ -77,11 +81,19 @@ class AllowlistEntryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Issue (rotate) agent keys for the selected entries")
     def issue_keys(self, request, queryset):
+        """The raw keys are shown once, on the page this POST answers with: never in a message (the messages
+        framework keeps them in a signed, not encrypted, cookie) and never cached."""
+        issued = []
         for entry in queryset.select_related("environment", "team"):
             _, raw = services.allowlist_entry_issue(endpoint_id=entry.endpoint_id,
                                                     environment=entry.environment.name,
                                                     team=entry.team.slug, actor=request.user)
-            self.message_user(request, f"Key for {entry}: {raw} (shown once, store it now)", messages.WARNING)
+            issued.append({"entry": str(entry), "key": raw})
+        context = {**self.admin_site.each_context(request), "title": "Agent keys issued", "issued": issued,
+                   "opts": self.model._meta}
+        response = TemplateResponse(request, "admin/registry/allowlistentry/issued_keys.html", context)
+        add_never_cache_headers(response)
+        return response
 
 
 class AdminOnlyEditsInline(admin.TabularInline):
@@ -138,7 +150,7 @@ class AgentAdmin(TeamScopedAdmin):
         fields = {name: form.cleaned_data[name] for name in form.changed_data if name in services.AGENT_EDITABLE}
         other = [name for name in form.changed_data if name not in services.AGENT_EDITABLE]
         if other and is_admin(request.user):
-            super().save_model(request, obj, form, change)
+            object_save(obj=obj, actor=request.user, fields=other)
         if fields:
             services.agent_update(agent=obj, actor=request.user, **fields)
 
@@ -210,7 +222,7 @@ class CapabilityAdmin(TeamScopedAdmin):
         from registry.permissions import ensure_can_edit_team
 
         ensure_can_edit_team(request.user, obj.agent.team_id, f"agent '{obj.agent.endpoint_id}'")
-        super().save_model(request, obj, form, change)
+        object_save(obj=obj, actor=request.user, fields=["name", "agent"])
     search_fields = ["name", "agent__endpoint_id"]
     inlines = [VersionInline]
 
@@ -219,6 +231,11 @@ class DraftForm(forms.ModelForm):
     class Meta:
         model = CapabilityVersion
         fields = ["capability", "version", *services.DRAFT_FIELDS]
+
+    def clean(self):
+        data = super().clean()
+        clean_form_json(self, ["examples", "negative_cases", "reject_conditions", "input_schema", "output_schema"])
+        return data
 
 
 @admin.register(CapabilityVersion)
@@ -305,6 +322,9 @@ class AuditLogAdmin(admin.ModelAdmin):
     list_filter = ["action", "target_type"]
     search_fields = ["target_repr", "actor_label", "request_id", "target_id"]
     date_hierarchy = "created_at"
+
+    def get_queryset(self, request):
+        return selectors.audit_log_list(user=request.user)
 
     def has_add_permission(self, request):
         return False

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.forms.models import model_to_dict
 
+from reach_platform.request_context import current_request_id
 from registry.models import AuditLog
 
 
@@ -26,6 +28,7 @@ def _plain(value: Any) -> Any:
 
 def audit(*, action: str, target, actor=None, actor_label: str = "", before=None, after=None,
           request_id: str = "") -> AuditLog:
+    """One audit row; ``request_id`` defaults to the id of the HTTP request being served (RequestIdMiddleware)."""
     if actor is not None and not getattr(actor, "is_authenticated", False):
         actor = None
     return AuditLog.objects.create(
@@ -37,5 +40,29 @@ def audit(*, action: str, target, actor=None, actor_label: str = "", before=None
         target_repr=str(target)[:300],
         before=before,
         after=after,
-        request_id=request_id,
+        request_id=request_id or current_request_id(),
     )
+
+
+def _model_fields(obj) -> list[str]:
+    return [f.name for f in obj._meta.concrete_fields if f.name not in ("id", "created_at", "updated_at")]
+
+
+@transaction.atomic
+def object_save(*, obj, actor, fields: list[str] | None = None) -> None:
+    """Save a row a person edited in the admin, with an audit row (``<model>.created`` / ``<model>.changed``,
+    before and after). For models whose writes have no service of their own: budgets, capabilities, caller
+    secrets, an admin's edit of an agent's protected fields."""
+    names = fields or _model_fields(obj)
+    current = type(obj).objects.filter(pk=obj.pk).first() if obj.pk else None
+    before = snapshot(current, names) if current is not None else None
+    obj.save()
+    audit(action=f"{obj._meta.model_name}.{'changed' if current is not None else 'created'}", target=obj,
+          actor=actor, before=before, after=snapshot(obj, names))
+
+
+@transaction.atomic
+def object_delete(*, obj, actor, fields: list[str] | None = None) -> None:
+    before = snapshot(obj, fields or _model_fields(obj))
+    audit(action=f"{obj._meta.model_name}.deleted", target=obj, actor=actor, before=before)
+    obj.delete()

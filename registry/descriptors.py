@@ -60,6 +60,53 @@ class ParsedDescriptor:
     capabilities: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _remote_refs(schema) -> list[str]:
+    """``$ref`` / ``$dynamicRef`` values that point outside the schema (they would be fetched, or fail, at
+    invoke time)."""
+    found, stack = [], [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
+                    found.append(value)
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _one_schema_problem(schema) -> str | None:
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"is not a valid JSON Schema: {exc.message}"
+    remote = _remote_refs(schema)
+    if remote:
+        return f"refers outside itself ({remote[0]}); only local references (#...) are allowed"
+    return None
+
+
+def schema_problems(input_schema, output_schema, reject_conditions) -> list[tuple[str, str]]:
+    """(field, problem) for the schemas of a capability version: the input and output schemas and every reject
+    condition must be JSON Schemas (draft 2020-12) with local references only. Shared by the import and by
+    submission, so that nothing that would fail at invoke time gets as far as review."""
+    problems = []
+    for where, schema in (("input_schema", input_schema or {}), ("output_schema", output_schema or {})):
+        problem = _one_schema_problem(schema)
+        if problem:
+            problems.append((where, problem))
+    if not isinstance(reject_conditions, list):
+        problems.append(("reject_conditions", "must be a list of JSON Schemas"))
+        return problems
+    for i, schema in enumerate(reject_conditions):
+        problem = _one_schema_problem(schema)
+        if problem:
+            problems.append((f"reject_conditions[{i}]", problem))
+    return problems
+
 def validate_capability(cap: Any, where: str, errors: list[DescriptorError], file: str) -> dict | None:
     """Check one capability descriptor; append errors (with the field path) and return the cleaned dict."""
     def err(fld: str, msg: str) -> None:
@@ -92,26 +139,9 @@ def validate_capability(cap: Any, where: str, errors: list[DescriptorError], fil
         err("negative_cases", "must be a list of non-empty strings")
     elif len(negatives) < MIN_NEGATIVES:
         err("negative_cases", f"needs at least {MIN_NEGATIVES} negative case")
-    for schema_field in ("input_schema", "output_schema"):
-        schema = cap.get(schema_field, {})
-        if not isinstance(schema, dict):
-            err(schema_field, "must be a JSON Schema object")
-            continue
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            err(schema_field, f"is not a valid JSON Schema: {exc.message}")
-    conditions = cap.get("reject_conditions", [])
-    if not isinstance(conditions, list):
-        err("reject_conditions", "must be a list of JSON Schemas")
-    else:
-        for i, schema in enumerate(conditions):
-            try:
-                if not isinstance(schema, dict):
-                    raise SchemaError("must be an object")
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as exc:
-                err(f"reject_conditions[{i}]", f"is not a valid JSON Schema: {exc.message}")
+    for schema_field, problem in schema_problems(cap.get("input_schema", {}), cap.get("output_schema", {}),
+                                                 cap.get("reject_conditions", [])):
+        err(schema_field, problem)
     if "idempotent" in cap and not isinstance(cap["idempotent"], bool):
         err("idempotent", "must be true or false")
     weight = cap.get("confidence_weight", 1.0)

@@ -48,6 +48,19 @@ def sees_all_teams(user) -> bool:
     return is_admin(user) or bool(_groups(user) & {REVIEWER_GROUP, FINANCE_GROUP})
 
 
+def can_read_any_task(user) -> bool:
+    """Reviewers (who triage the queue) and admins read, and comment on, any caller's task; a caller its own."""
+    return is_reviewer(user)
+
+
+def can_read_ledger(user) -> bool:
+    return is_admin(user) or FINANCE_GROUP in _groups(user)
+
+
+def can_read_metrics(user) -> bool:
+    return is_admin(user)
+
+
 def can_edit_team(user, team_id: int) -> bool:
     return is_admin(user) or team_id in team_ids(user)
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
+import httpx
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from reach_platform import netguard
 from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from registry.audit import audit, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
+from registry.descriptors import schema_problems
 from registry.generation import bump_generation
 from registry.models import (
     Agent,
@@ -83,6 +87,9 @@ def agent_register(
     - a registration older than the stored one (``reg_version``) is refused;
     - when another instance of the agent holds the same address, the newer ``started_at`` wins (port drift).
     """
+    for field, value in (("url", url), ("health_url", health_url), ("status_url", status_url)):
+        if value:
+            check_agent_url(value, what=field)
     if entry.endpoint_id != endpoint_id or entry.environment.name != environment:
         raise PermissionDenied(
             f"'{endpoint_id}' is not allowlisted for environment '{environment}' with this credential.",
@@ -137,7 +144,7 @@ def agent_register(
         audit(action="instance.replaced", target=holder, actor_label=f"agent:{endpoint_id}",
               before={"url": url, "instance_id": holder.instance_id}, after={"replaced_by": instance_id})
 
-    fields = dict(url=url, transport=transport, health_url=health_url, status_url=status_url, weight=weight,
+    fields: dict[str, Any] = dict(url=url, transport=transport, health_url=health_url, status_url=status_url, weight=weight,
                   versions=sorted(set(versions or [])),
                   max_concurrency=max_concurrency, max_qps=max_qps, reg_version=reg_version, started_at=started_at,
                   last_heartbeat_at=now, last_seen_at=now, liveness=Liveness.ONLINE, suspect_since=None,
@@ -259,13 +266,27 @@ def instance_probe_record(*, instance_id: int, ok: bool, now: datetime | None = 
     return instance
 
 
-def probe_health(url: str) -> bool:
-    import httpx
+AGENT_ALLOWED_SETTING = "REACH_AGENT_ALLOWED_NETWORKS"
 
+
+def agent_networks() -> list:
+    return netguard.networks(settings.REACH["AGENT_ALLOWED_NETWORKS"])
+
+
+def check_agent_url(url: str, *, what: str = "url") -> netguard.CheckedURL:
+    """The address guard for the URLs an agent registers (the gateway POSTs callers' payloads there and the
+    prober GETs them): link-local/metadata never, non-public networks only when listed in the setting."""
+    return netguard.check_url(url, agent_networks(), what=what, code="agent_url_refused",
+                              setting=AGENT_ALLOWED_SETTING)
+
+
+def probe_health(url: str) -> bool:
+    """Healthy means a 2xx from the checked address: a redirect (to a login page, say) is not health."""
     try:
-        response = httpx.get(url, timeout=_reach("PROBE_TIMEOUT_S"))
-        return response.status_code < 400
-    except httpx.HTTPError:
+        response = netguard.request("GET", url, allowed_networks=agent_networks(), what="health_url",
+                                    timeout=_reach("PROBE_TIMEOUT_S"))
+        return 200 <= response.status_code < 300
+    except (httpx.HTTPError, InvalidInput):
         return False
 
 
@@ -279,6 +300,10 @@ def capability_version_activate(*, version: CapabilityVersion, actor=None, actor
     version = CapabilityVersion.objects.select_for_update().get(pk=version.pk)
     if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
         raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
+    problems = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
+    if problems:  # what routes must validate payloads without failing (admins may activate unreviewed drafts)
+        raise InvalidInput(f"Version {version} has invalid schemas.", code="invalid_schema",
+                           details=[f"{where} {problem}" for where, problem in problems])
     before = {"state": version.state}
     if not version.is_canary:
         for old in CapabilityVersion.objects.select_for_update().filter(

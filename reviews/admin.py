@@ -114,7 +114,7 @@ class ReviewItemAdmin(admin.ModelAdmin):
     list_per_page = 50
 
     def get_queryset(self, request):
-        return selectors.queue_items(status=request.GET.get("queue") or "open")
+        return selectors.queue_items(reader=request.user, status=request.GET.get("queue") or "open")
 
     def get_urls(self):
         return [path("<int:pk>/change/", self.admin_site.admin_view(self.triage_view),

@@ -95,7 +95,7 @@ def version_review(model_admin, request, pk: int):
 
 
 def queue_item(model_admin, request, pk: int):
-    item = get_object_or_404(selectors.queue_items(status="all"), pk=pk)
+    item = get_object_or_404(selectors.queue_items(reader=request.user, status="all"), pk=pk)
     here = reverse("admin:reviews_reviewitem_change", args=[pk])
     user = request.user
     if request.method == "POST":

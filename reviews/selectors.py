@@ -10,19 +10,25 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
+from reach_platform.errors import PermissionDenied
 from registry.choices import VersionState
 from registry.models import CapabilityVersion
+from registry.permissions import is_reviewer
 from reviews.models import ReviewClaim, ReviewItem
 
 QUEUE_STATUSES = ("open", "waiting", "claimed", "resolved", "all")
 AGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
 
-def queue_items(*, status: str = "open", reason: str | None = None, capability_guess: str | None = None,
-                older_than: str | None = None, newer_than: str | None = None) -> QuerySet[ReviewItem]:
+def queue_items(*, reader=None, status: str = "open", reason: str | None = None,
+                capability_guess: str | None = None, older_than: str | None = None,
+                newer_than: str | None = None) -> QuerySet[ReviewItem]:
     """Tasks that need (or needed) a person, oldest first, with the top candidate as the capability guess.
+    ``reader``: the person asking, who must be a reviewer (the items hold callers' texts); None for the system.
 
     status: open (waiting or claimed, the default), waiting, claimed, resolved, all."""
+    if reader is not None and not is_reviewer(reader):
+        raise PermissionDenied("Only reviewers may read the review queue.", code="not_a_reviewer")
     open_claim = ReviewClaim.objects.filter(task_id=OuterRef("pk"), resolution="")
     resolved_claim = ReviewClaim.objects.filter(task_id=OuterRef("pk")).exclude(resolution="")
     qs = (ReviewItem.objects.exclude(review_reason="")

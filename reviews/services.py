@@ -13,17 +13,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from ledger.selectors import Percentile
 from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
 from registry.audit import audit
 from registry.choices import ACTIONS, VersionState
-from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES
+from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES, schema_problems
 from registry.generation import bump_generation
 from registry.models import Capability, CapabilityVersion
-from registry.permissions import ensure_can_edit_team, is_reviewer, is_team_member_of
+from registry.permissions import can_read_any_task, ensure_can_edit_team, is_reviewer, is_team_member_of
 from registry.services import capability_version_activate, capability_version_draft_create
 from reviews.models import ReviewClaim, RoutingFeedback
 from routing.choices import AttemptOutcome, ReviewReason, TaskStatus
@@ -46,12 +44,21 @@ def submission_problems(version: CapabilityVersion) -> list[str]:
         problems.append(f"needs at least {MIN_NEGATIVES} negative case")
     if version.action not in ACTIONS:
         problems.append(f"action '{version.action}' is not in the preset list")
-    for name in ("input_schema", "output_schema"):
-        try:
-            Draft202012Validator.check_schema(getattr(version, name) or {})
-        except SchemaError as exc:
-            problems.append(f"{name} is not a valid JSON Schema: {exc.message}")
+    problems += [f"{where} {problem}" for where, problem in schema_problems(
+        version.input_schema, version.output_schema, version.reject_conditions)]
     return problems
+
+
+def ensure_four_eyes(version: CapabilityVersion, actor, what: str) -> None:
+    """Four eyes, always: a reviewer decides on a version only when they are not in its owning team and did not
+    submit it themselves (an admin with no team included)."""
+    if not is_reviewer(actor):
+        raise PermissionDenied(f"Only reviewers may {what} a capability version.", code="not_a_reviewer")
+    if is_team_member_of(actor, _team_id(version)):
+        raise PermissionDenied(f"Reviewers cannot {what} their own team's versions.", code="own_team")
+    submitter = CapabilityVersion.objects.filter(pk=version.pk).values_list("submitted_by_id", flat=True).first()
+    if submitter is not None and submitter == actor.pk:
+        raise PermissionDenied(f"The person who submitted a version cannot {what} it.", code="own_submission")
 
 
 def _move(version: CapabilityVersion, *, expected: str, to: str, **fields) -> None:
@@ -83,10 +90,7 @@ def capability_version_submit(*, version: CapabilityVersion, actor) -> Capabilit
 def capability_version_approve(*, version: CapabilityVersion, actor, confidence_weight: float,
                                canary_share: float | None = None) -> CapabilityVersion:
     """SUBMITTED -> APPROVED -> ACTIVE (the previous ACTIVE version retires, unless this one is a canary)."""
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may approve.", code="not_a_reviewer")
-    if is_team_member_of(actor, _team_id(version)):
-        raise PermissionDenied("Reviewers cannot approve their own team's submissions.", code="own_team")
+    ensure_four_eyes(version, actor, "approve")
     if not 0 <= confidence_weight <= 1:
         raise InvalidInput("confidence_weight must be between 0 and 1.")
     if canary_share is not None and not 0 < canary_share < 1:
@@ -106,8 +110,7 @@ def capability_version_approve(*, version: CapabilityVersion, actor, confidence_
 
 @transaction.atomic
 def capability_version_reject(*, version: CapabilityVersion, actor, comment: str) -> CapabilityVersion:
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may reject.", code="not_a_reviewer")
+    ensure_four_eyes(version, actor, "reject")
     if not comment or not comment.strip():
         raise InvalidInput("A rejection needs a comment.", code="comment_required")
     _move(version, expected=VersionState.SUBMITTED, to=VersionState.REJECTED, reviewed_by=actor,
@@ -130,8 +133,7 @@ def _active_canary(version: CapabilityVersion) -> CapabilityVersion:
 @transaction.atomic
 def capability_version_promote(*, version: CapabilityVersion, actor) -> CapabilityVersion:
     """A canary takes all the traffic: the previous stable version retires."""
-    if not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may promote a canary.", code="not_a_reviewer")
+    ensure_four_eyes(version, actor, "promote")
     version = _active_canary(version)
     for old in CapabilityVersion.objects.select_for_update().filter(
             capability=version.capability, state=VersionState.ACTIVE, is_canary=False):
@@ -151,8 +153,8 @@ def capability_version_promote(*, version: CapabilityVersion, actor) -> Capabili
 def capability_version_rollback(*, version: CapabilityVersion, actor=None, reason: str,
                                 stats: dict | None = None) -> CapabilityVersion:
     """Take a canary out of traffic: RETIRED with the ``rolled_back`` flag; the stable version keeps serving."""
-    if actor is not None and not is_reviewer(actor):
-        raise PermissionDenied("Only reviewers may roll back a canary.", code="not_a_reviewer")
+    if actor is not None:  # None: the automatic rollback
+        ensure_four_eyes(version, actor, "roll back")
     version = _active_canary(version)
     _move(version, expected=VersionState.ACTIVE, to=VersionState.RETIRED, rolled_back=True,
           review_comment=f"Rolled back: {reason}"[:4000])
@@ -229,7 +231,7 @@ def canaries_evaluate() -> int:
 
 def task_feedback(*, task, actor, correct: bool, comment: str = "") -> RoutingFeedback:
     """A caller says whether the routing was right: stored as a labelled routing example."""
-    if task.caller_id and task.caller_id != actor.pk and not actor.is_staff:
+    if task.caller_id and task.caller_id != actor.pk and not can_read_any_task(actor):
         raise PermissionDenied("This task belongs to another caller.")
     capability = (task.capability_label or "").split("@")[0]
     return RoutingFeedback.objects.create(task=task, request_text=task.task_text, capability=capability,
@@ -365,7 +367,7 @@ def queue_replay(*, task, reviewer) -> int:
         raise Conflict("This task has no dead-lettered callback.", code="state_conflict")
     with transaction.atomic():
         for delivery in dead:
-            delivery_replay(delivery)
+            delivery_replay(delivery, actor=reviewer)
         _resolve_claim(claim, ReviewClaim.Resolution.REPLAYED)
         audit(action="review.replayed", target=task, actor=reviewer, after={"deliveries": [d.pk for d in dead]})
     return len(dead)

@@ -4,6 +4,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
+from reach_platform.jsonsafe import clean_form_json
+from registry.admin_audit import AuditedAdmin
 from routing.callbacks import delivery_replay
 from routing.models import (
     AgentSession,
@@ -150,7 +152,7 @@ class CallbackDeliveryAdmin(admin.ModelAdmin):
     def replay(self, request, queryset):
         dead = list(queryset.filter(status=CallbackDelivery.Status.DEAD))
         for delivery in dead:
-            delivery_replay(delivery)
+            delivery_replay(delivery, actor=request.user)
         self.message_user(request, f"{len(dead)} dead letter(s) queued again.", messages.SUCCESS)
 
     def has_add_permission(self, request):
@@ -158,7 +160,8 @@ class CallbackDeliveryAdmin(admin.ModelAdmin):
 
 
 @admin.register(CallerSecret)
-class CallerSecretAdmin(admin.ModelAdmin):
+class CallerSecretAdmin(AuditedAdmin):
+    audit_exclude = ("secret",)
     list_display = ["caller", "created_at"]
     readonly_fields = ["secret", "created_at"]
 
@@ -175,6 +178,7 @@ class ScheduleForm(forms.ModelForm):
         from routing.schedules import schedule_validate
 
         data = super().clean()
+        clean_form_json(self, ["payload"])
         probe = Schedule(**{k: data.get(k) for k in ("cron", "every_seconds", "capability", "task_text")},
                          payload=data.get("payload", {}))
         probe.cron, probe.capability, probe.task_text = probe.cron or "", probe.capability or "", probe.task_text or ""
@@ -196,14 +200,14 @@ class ScheduleAdmin(admin.ModelAdmin):
     readonly_fields = ["last_run_at", "created_at"]
 
     def save_model(self, request, obj, form, change):
-        schedule_save(schedule=obj)
+        schedule_save(schedule=obj, actor=request.user)
 
     def delete_model(self, request, obj):
-        schedule_delete(schedule=obj)
+        schedule_delete(schedule=obj, actor=request.user)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            schedule_delete(schedule=obj)
+            schedule_delete(schedule=obj, actor=request.user)
 
 
 @admin.register(AgentSession)

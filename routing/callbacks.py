@@ -4,55 +4,32 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import secrets
-import socket
 from datetime import timedelta
-from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from reach_platform import netguard
 from reach_platform.errors import InvalidInput
+from registry.audit import audit
 from routing.models import CallbackDelivery, CallerSecret, Task
 
-# Always refused, whatever the configuration: link-local (cloud metadata lives there) and metadata host names.
-ALWAYS_REFUSED = [ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"),
-                  ipaddress.ip_network("fd00:ec2::254/128"), ipaddress.ip_network("0.0.0.0/8")]
-METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"}
 SIGNATURE_HEADER = "X-Reach-Signature"
+ALLOWED_SETTING = "REACH_CALLBACK_ALLOWED_NETWORKS"
 
 
 def _allowed_networks() -> list:
-    return [ipaddress.ip_network(n) for n in settings.REACH["CALLBACK_ALLOWED_NETWORKS"]]
+    return netguard.networks(settings.REACH["CALLBACK_ALLOWED_NETWORKS"])
 
 
-def check_callback_url(url: str) -> None:
+def check_callback_url(url: str) -> netguard.CheckedURL:
     """Refuse URLs that would let a caller make the gateway reach internal services (SSRF)."""
-    parts = urlparse(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput("callback_url must be an http(s) URL with a host.", code="callback_url_refused")
-    host = parts.hostname.lower()
-    if host in METADATA_HOSTS:
-        raise InvalidInput(f"callback_url host '{host}' is a metadata service.", code="callback_url_refused")
-    try:
-        infos = socket.getaddrinfo(host, parts.port or 80, proto=socket.IPPROTO_TCP)
-    except socket.gaierror:
-        raise InvalidInput(f"callback_url host '{host}' does not resolve.", code="callback_url_refused")
-    allowed = _allowed_networks()
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if any(address in net for net in ALWAYS_REFUSED):
-            raise InvalidInput(f"callback_url resolves to link-local/metadata address {address}.",
-                               code="callback_url_refused")
-        if any(address in net for net in allowed):
-            continue
-        if not address.is_global:
-            raise InvalidInput(f"callback_url resolves to non-public address {address}; allow its network in "
-                               "REACH_CALLBACK_ALLOWED_NETWORKS to use it.", code="callback_url_refused")
+    return netguard.check_url(url, _allowed_networks(), what="callback_url", code="callback_url_refused",
+                              setting=ALLOWED_SETTING)
 
 
 def caller_secret(caller) -> str:
@@ -137,8 +114,13 @@ async def deliver(delivery_id: int) -> bool:
         return True
     url, raw, headers, attempts = start
     try:
-        response = await engine.http().post(url, content=raw, headers=headers, timeout=5)
+        # resolved and checked again now, and the connection goes to the address that passed (DNS rebinding)
+        response = await netguard.arequest("POST", url, allowed_networks=_allowed_networks(), client=engine.http(),
+                                           content=raw, headers=headers, timeout=5, what="callback_url",
+                                           setting=ALLOWED_SETTING)
         ok, error = response.status_code < 300, f"HTTP {response.status_code}"
+    except InvalidInput as exc:
+        ok, error = False, exc.message[:300]
     except httpx.HTTPError as exc:
         ok, error = False, f"{type(exc).__name__}: {exc}"[:300]
     await engine.db(_attempt_end, delivery_id, ok, error, attempts)
@@ -172,10 +154,13 @@ def delivery_dead_letter(delivery_id: int) -> None:
             review_item_opened.send(sender=Task, task_id=task_id)
 
 
-def delivery_replay(delivery: CallbackDelivery) -> None:
-    """Replay a dead letter (admin action): back to PENDING with a fresh retry allowance."""
+def delivery_replay(delivery: CallbackDelivery, *, actor=None) -> None:
+    """Replay a dead letter (admin action): back to PENDING with a fresh retry allowance, and an audit row."""
     from routing.tasks import deliver_callback
 
-    if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
-            status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None, next_attempt_at=timezone.now()):
-        transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))
+    with transaction.atomic():
+        if CallbackDelivery.objects.filter(pk=delivery.pk, status=CallbackDelivery.Status.DEAD).update(
+                status=CallbackDelivery.Status.PENDING, attempts=0, dead_at=None, next_attempt_at=timezone.now()):
+            audit(action="callback.replayed", target=delivery, actor=actor, before={"status": "dead"},
+                  after={"status": "pending"})
+            transaction.on_commit(lambda: deliver_callback.delay(delivery.pk))

@@ -8,9 +8,10 @@ import logging
 import httpx
 from django.conf import settings
 
-from reach_platform import engine
-from reach_platform.errors import NotFound, PermissionDenied
+from reach_platform import engine, jsonsafe, netguard
+from reach_platform.errors import ApplicationError, NotFound, PermissionDenied
 from registry.models import Instance
+from registry.services import agent_networks
 from routing.choices import TaskStatus
 from routing.models import Task
 from routing.transitions import Timeline
@@ -62,12 +63,13 @@ async def _poll_one(row: Task, gate: asyncio.Semaphore) -> bool:
     if row.instance is None:
         return False
     async with gate:
-        try:
-            response = await engine.http().get(row.instance.status_url, params={"request_id": row.request_id},
-                                               headers={"X-Reach-Request-Id": row.request_id},
+        try:  # the status URL is resolved, checked and connected to as one (the agents' address guard)
+            response = await netguard.arequest("GET", row.instance.status_url, allowed_networks=agent_networks(),
+                                               client=engine.http(), params={"request_id": row.request_id},
+                                               headers={"X-Reach-Request-Id": row.request_id}, what="status_url",
                                                timeout=float(settings.REACH["POLL_TIMEOUT_S"]))
-            report = response.json() if response.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+            report = jsonsafe.parse_json(response.content) if response.status_code == 200 else {}
+        except (httpx.HTTPError, ApplicationError):
             return False
     if not isinstance(report, dict) or report.get("status") not in _AGENT_REPORTS:
         return False

@@ -10,6 +10,7 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from reach_platform.errors import InvalidInput
+from registry.audit import audit, snapshot
 from routing.models import Schedule
 
 
@@ -37,11 +38,19 @@ def _cron_fields(expression: str) -> dict[str, str]:
     return fields
 
 
+SCHEDULE_AUDIT_FIELDS = ["name", "capability", "task_text", "payload", "caller", "cron", "every_seconds",
+                         "enabled"]
+
+
 @transaction.atomic
-def schedule_save(*, schedule: Schedule) -> Schedule:
-    """Validate and save, and create or update the beat entry that fires it."""
+def schedule_save(*, schedule: Schedule, actor=None) -> Schedule:
+    """Validate and save, and create or update the beat entry that fires it (with an audit row)."""
     schedule_validate(schedule)
+    current = Schedule.objects.filter(pk=schedule.pk).first() if schedule.pk else None
     schedule.save()
+    audit(action="schedule.changed" if current else "schedule.created", target=schedule, actor=actor,
+          before=snapshot(current, SCHEDULE_AUDIT_FIELDS) if current else None,
+          after=snapshot(schedule, SCHEDULE_AUDIT_FIELDS))
     defaults = {"task": "routing.tasks.run_schedule", "kwargs": json.dumps({"schedule_id": schedule.pk}),
                 "enabled": schedule.enabled, "crontab": None, "interval": None}
     if schedule.cron:
@@ -58,7 +67,8 @@ def schedule_save(*, schedule: Schedule) -> Schedule:
 
 
 @transaction.atomic
-def schedule_delete(*, schedule: Schedule) -> None:
+def schedule_delete(*, schedule: Schedule, actor=None) -> None:
+    audit(action="schedule.deleted", target=schedule, actor=actor, before=snapshot(schedule, SCHEDULE_AUDIT_FIELDS))
     if schedule.periodic_task_id:
         PeriodicTask.objects.filter(pk=schedule.periodic_task_id).delete()
     schedule.delete()

@@ -13,6 +13,7 @@ from django.db.models.functions import TruncHour
 
 from ledger.selectors import Percentile
 from reach_platform.errors import NotFound, PermissionDenied
+from registry.permissions import can_read_any_task
 from routing.choices import AttemptOutcome, TaskStatus
 from routing.models import Attempt, CallbackDelivery, Task
 
@@ -83,6 +84,6 @@ def task_for_caller(*, request_id: str, caller: Any) -> Task:
     row = Task.objects.filter(request_id=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
-    if row.caller_id and caller is not None and row.caller_id != caller.pk and not caller.is_staff:
+    if row.caller_id and caller is not None and row.caller_id != caller.pk and not can_read_any_task(caller):
         raise PermissionDenied("This task belongs to another caller.")
     return row

@@ -3,16 +3,18 @@ from __future__ import annotations
 import csv
 import io
 import re
+from datetime import date, timedelta
 
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.views import APIView
 
 from ledger.selectors import weekly_report
 from ledger.services import iso_week
 from reach_platform.errors import InvalidInput
+from reach_platform.pagination import Pagination
+from registry.permissions import can_read_ledger
 
 WEEK = re.compile(r"^\d{4}-W(0[1-9]|[1-4]\d|5[0-3])$")
 COLUMNS = ["agent", "team", "week", "calls", "success_rate", "p50_latency_ms", "p95_latency_ms", "tokens_in",
@@ -20,13 +22,12 @@ COLUMNS = ["agent", "team", "week", "calls", "success_rate", "p50_latency_ms", "
 
 
 class CanReadLedger(BasePermission):
-    """Finance, reviewers of cost and admins: staff or members of the 'finance' group."""
+    """The finance role and admins (not the staff flag: every admin user is staff)."""
 
     message = "Reading the ledger needs the finance role."
 
     def has_permission(self, request, view):
-        user = request.user
-        return bool(user and user.is_authenticated and (user.is_staff or user.groups.filter(name="finance").exists()))
+        return bool(request.user and request.user.is_authenticated and can_read_ledger(request.user))
 
 
 def report_csv(rows: list[dict], by: str = "agent") -> str:
@@ -44,6 +45,10 @@ def parse_week(raw: str | None) -> str:
     week = raw or iso_week(timezone.now())
     if not WEEK.match(week):
         raise InvalidInput(f"week must look like 2026-W48, not '{week}'.", code="invalid_week")
+    try:  # 2025 has no week 53; there is no year 0 (and the report compares with the week before)
+        date.fromisocalendar(int(week[:4]), int(week[6:]), 1) - timedelta(days=7)
+    except (ValueError, OverflowError):
+        raise InvalidInput(f"{week} is not a week of the ISO calendar.", code="invalid_week")
     return week
 
 
@@ -66,6 +71,6 @@ class WeeklyReportView(APIView):
             response = HttpResponse(report_csv(rows, by), content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="reach-weekly-{rows[0]["week"] if rows else "empty"}.csv"'
             return response
-        paginator = LimitOffsetPagination()
+        paginator = Pagination()
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response(page)

@@ -2,8 +2,12 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from registry.choices import Transport
+from registry.choices import Liveness, Transport
 from registry.models import Agent, CapabilityVersion, Instance
+
+# The largest values the columns hold (PostgreSQL integer and bigint).
+INT_MAX = 2**31 - 1
+BIGINT_MAX = 2**63 - 1
 
 
 class RegisterInput(serializers.Serializer):
@@ -17,7 +21,7 @@ class RegisterInput(serializers.Serializer):
     weight = serializers.IntegerField(min_value=0, max_value=10000, default=100)
     max_concurrency = serializers.IntegerField(min_value=1, max_value=100000, default=16)
     max_qps = serializers.FloatField(min_value=0.01, max_value=1e6, default=100.0)
-    reg_version = serializers.IntegerField(min_value=0)
+    reg_version = serializers.IntegerField(min_value=0, max_value=BIGINT_MAX)
     started_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     display_name = serializers.CharField(max_length=200, required=False, default="")
     versions = serializers.ListField(child=serializers.CharField(max_length=40), required=False, default=list,
@@ -27,8 +31,13 @@ class RegisterInput(serializers.Serializer):
 
 class HeartbeatInput(serializers.Serializer):
     instance_id = serializers.CharField(max_length=100)
-    in_flight = serializers.IntegerField(min_value=0, default=0)
+    in_flight = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     load = serializers.FloatField(min_value=0, max_value=1e6, default=0.0)
+
+
+class HeartbeatOutput(serializers.Serializer):
+    instance_id = serializers.CharField()
+    liveness = serializers.ChoiceField(choices=Liveness.choices)
 
 
 class DeregisterInput(serializers.Serializer):
@@ -89,9 +98,9 @@ class DraftFields(serializers.Serializer):
     idempotent = serializers.BooleanField(required=False)
     timeout_ms = serializers.IntegerField(required=False, min_value=1, max_value=3_600_000)
     max_retries = serializers.IntegerField(required=False, min_value=0, max_value=10)
-    avg_latency_ms = serializers.FloatField(required=False, min_value=0)
-    p95_latency_ms = serializers.FloatField(required=False, min_value=0)
-    avg_tokens_per_call = serializers.IntegerField(required=False, min_value=0)
+    avg_latency_ms = serializers.FloatField(required=False, min_value=0, max_value=1e9)
+    p95_latency_ms = serializers.FloatField(required=False, min_value=0, max_value=1e9)
+    avg_tokens_per_call = serializers.IntegerField(required=False, min_value=0, max_value=INT_MAX)
     cost_per_call = serializers.DecimalField(required=False, max_digits=12, decimal_places=6, min_value=0)
     price_per_1k_input_tokens = serializers.DecimalField(required=False, max_digits=12, decimal_places=6,
                                                          min_value=0)

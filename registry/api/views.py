@@ -15,11 +15,13 @@ from registry.api.serializers import (
     DraftCreateInput,
     DraftFields,
     HeartbeatInput,
+    HeartbeatOutput,
     InstanceOutput,
     RegisterInput,
 )
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from registry.filters import AgentFilter, CapabilityVersionFilter, InstanceFilter
+from registry.models import Agent, CapabilityVersion, Instance
 
 
 class AgentCommandView(APIView):
@@ -37,7 +39,7 @@ class RegisterView(AgentCommandView):
 
 
 class HeartbeatView(AgentCommandView):
-    @extend_schema(request=HeartbeatInput, responses={200: InstanceOutput})
+    @extend_schema(request=HeartbeatInput, responses={200: HeartbeatOutput})
     def post(self, request):
         data = HeartbeatInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -55,12 +57,13 @@ class DeregisterView(AgentCommandView):
 
 
 class AgentViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Agent.objects.none()  # the model, for the schema; reads go through the selector
     serializer_class = AgentOutput
     filterset_class = AgentFilter
     lookup_field = "endpoint_id"
 
     def get_queryset(self):
-        return selectors.agent_list()
+        return selectors.agent_list(user=self.request.user)
 
     @extend_schema(request=AgentUpdateInput, responses={200: AgentOutput})
     def partial_update(self, request, endpoint_id=None):
@@ -68,23 +71,25 @@ class AgentViewSet(viewsets.ReadOnlyModelViewSet):
         data = AgentUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
         agent = services.agent_update(agent=self.get_object(), actor=request.user, **data.validated_data)
-        return Response(AgentOutput(selectors.agent_list().get(pk=agent.pk)).data)
+        return Response(AgentOutput(selectors.agent_list(user=request.user).get(pk=agent.pk)).data)
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Instance.objects.none()
     serializer_class = InstanceOutput
     filterset_class = InstanceFilter
 
     def get_queryset(self):
-        return selectors.instance_list()
+        return selectors.instance_list(user=self.request.user)
 
 
 class CapabilityVersionViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = CapabilityVersion.objects.none()
     serializer_class = CapabilityVersionOutput
     filterset_class = CapabilityVersionFilter
 
     def get_queryset(self):
-        return selectors.capability_version_list()
+        return selectors.capability_version_list(user=self.request.user)
 
     @extend_schema(request=DraftCreateInput, responses={201: CapabilityVersionOutput})
     def create(self, request):

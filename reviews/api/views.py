@@ -86,7 +86,8 @@ class RedispatchInput(serializers.Serializer):
 
 class PromoteFeedbackInput(serializers.Serializer):
     capability = serializers.CharField(max_length=120)
-    feedback_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), min_length=1, max_length=1000)
+    feedback_ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), min_length=1,
+                                         max_length=1000)
 
 
 class AnswerInput(serializers.Serializer):
@@ -116,7 +117,7 @@ class QueueListView(APIView):
 
         params = QueueFilter(data=request.query_params)
         params.is_valid(raise_exception=True)
-        qs = queue_items(**{k: v for k, v in params.validated_data.items() if v})
+        qs = queue_items(reader=request.user, **{k: v for k, v in params.validated_data.items() if v})
         items = [{"request_id": t.request_id, "reason": t.review_reason, "status": t.status,
                   "task_text": t.task_text, "capability_guess": t.capability_guess,
                   "score": (t.decision or {}).get("score"), "created_at": t.created_at,

@@ -13,14 +13,15 @@ import logging
 import time
 from decimal import Decimal
 
-from django.conf import settings
+from django.utils.datastructures import CaseInsensitiveMapping
 from rest_framework.exceptions import ValidationError
 
-from reach_platform import engine
+from reach_platform import engine, jsonsafe
 from reach_platform.authentication import TOKEN_CACHE_SECONDS
-from reach_platform.errors import ApplicationError, _body
+from reach_platform.errors import ApplicationError, error_body
+from routing.api.headers import invoke_headers
 from routing.api.serializers import InvokeInput, task_output
-from routing.api.views import HTTP_STATUS, invoke_headers
+from routing.api.views import HTTP_STATUS
 from routing.choices import TERMINAL
 from routing.invoke import invoke
 
@@ -94,31 +95,30 @@ async def _read_body(receive, limit: int) -> bytes | None:
 
 async def serve(scope, receive, send) -> None:
     headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-    raw = await _read_body(receive, int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+    raw = await _read_body(receive, jsonsafe.max_body_bytes())
     if raw is None:
         return
     if raw == b"\x00too-large":
-        return await _respond(send, 413, _body("too_large", "The request body is over the size limit."))
+        return await _respond(send, 413, error_body(jsonsafe.PayloadTooLarge.code,
+                                               "The request body is over the size limit."))
     caller = await _caller(headers["authorization"].split(None, 1)[1].strip() if " " in headers["authorization"]
                            else "")
     if caller is None:
-        return await _respond(send, 401, _body("authentication_failed", "Invalid token."),
+        return await _respond(send, 401, error_body("authentication_failed", "Invalid token."),
                               {"WWW-Authenticate": "Token"})
     try:
-        try:
-            data = json.loads(raw or b"{}")
-        except (ValueError, RecursionError) as exc:
-            return await _respond(send, 400, _body("bad_json", f"The request body is not valid JSON: {exc}"))
+        data = jsonsafe.parse_json(raw or b"{}")
         form = InvokeInput(data=data if isinstance(data, dict) else {"payload": data})
         if not form.is_valid():
-            return await _respond(send, 400, _body("invalid", "The request body is not valid.", form.errors))
-        task = await invoke(caller=caller, headers=invoke_headers(headers), **form.validated_data)
+            return await _respond(send, 400, error_body("invalid", "The request body is not valid.", form.errors))
+        task = await invoke(caller=caller, headers=invoke_headers(CaseInsensitiveMapping(headers)),
+                            **form.validated_data)
     except ValidationError as exc:
-        return await _respond(send, 400, _body("invalid", "The request body is not valid.", exc.detail))
+        return await _respond(send, 400, error_body("invalid", "The request body is not valid.", exc.detail))
     except ApplicationError as exc:
-        return await _respond(send, exc.status_code, _body(exc.code, exc.message, exc.details), exc.headers)
+        return await _respond(send, exc.status_code, error_body(exc.code, exc.message, exc.details), exc.headers)
     except Exception:
         logger.exception("invoke failed")
-        return await _respond(send, 500, _body("server_error", "Internal error."))
+        return await _respond(send, 500, error_body("server_error", "Internal error."))
     status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
     await _respond(send, status, task_output(task))

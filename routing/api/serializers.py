@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from reach_platform import netguard
+from reach_platform.errors import ApplicationError
 from routing.models import Attempt, Task, TaskEvent
 
 
@@ -10,7 +12,7 @@ class ResolveInput(serializers.Serializer):
     capability = serializers.CharField(required=False, max_length=120)
     payload = serializers.JSONField(required=False, default=None)
     action = serializers.CharField(required=False, max_length=40)
-    domains = serializers.ListField(child=serializers.CharField(max_length=60), required=False)
+    domains = serializers.ListField(child=serializers.CharField(max_length=60), required=False, max_length=50)
     top_k = serializers.IntegerField(required=False, min_value=1, max_value=20)
     cost_preference = serializers.FloatField(required=False, min_value=0, max_value=1, default=0.0)
 
@@ -22,13 +24,27 @@ class ResolveInput(serializers.Serializer):
         return attrs
 
 
+# request_ids travel in URL paths and in the X-Reach-Request-Id header to agents: printable ASCII, no '/'.
+REQUEST_ID = r"^[A-Za-z0-9._:@~+=-]+$"
+
+
 class InvokeInput(ResolveInput):
     payload = serializers.JSONField(required=False, default=dict)
-    request_id = serializers.CharField(required=False, max_length=100)
+    request_id = serializers.RegexField(REQUEST_ID, required=False, min_length=1, max_length=100, error_messages={
+        "invalid": "request_id may hold only ASCII letters, digits and . _ : @ ~ + = -"})
     mode = serializers.ChoiceField(choices=["sync", "async"], default="sync")
     callback_url = serializers.URLField(required=False, allow_blank=True, default="", max_length=500)
     user_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     confirm = serializers.CharField(required=False, max_length=120)
+
+    def validate_callback_url(self, value: str) -> str:
+        """Shape only (scheme, host, port range, IDNA); the address guard resolves it in the service."""
+        if value:
+            try:
+                netguard.parse_url(value, what="callback_url", code="callback_url_refused")
+            except ApplicationError as exc:
+                raise serializers.ValidationError(exc.message)
+        return value
 
 
 class EventOutput(serializers.ModelSerializer):
@@ -62,10 +78,10 @@ class TaskOutput(serializers.ModelSerializer):
     def get_capability_version(self, obj) -> str | None:
         return obj.capability_label or None
 
-    def get_candidates(self, obj):
+    def get_candidates(self, obj) -> list[dict] | None:
         return obj.decision.get("candidates", []) if obj.status == "needs_confirmation" else None
 
-    def get_links(self, obj):
+    def get_links(self, obj) -> dict[str, str]:
         return {"self": f"/api/v1/tasks/{obj.request_id}"}
 
 

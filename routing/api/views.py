@@ -6,6 +6,7 @@ from rest_framework.views import APIView
 
 from registry.authentication import AgentKeyAuthentication, IsAgent
 from routing import lifecycle, resolver, selectors
+from routing.api.headers import invoke_headers
 from routing.api.serializers import (
     CallbackInput,
     InvokeInput,
@@ -15,36 +16,11 @@ from routing.api.serializers import (
     task_output,
 )
 from routing.choices import TERMINAL, TaskStatus
-from routing.invoke import InvokeHeaders, task_invoke
+from routing.invoke import task_invoke
 
 HTTP_STATUS: dict[str, int] = {TaskStatus.SUCCEEDED: 200, TaskStatus.FAILED: 502, TaskStatus.NEEDS_CONFIRMATION: 200,
                TaskStatus.MANUAL_REVIEW: 202, TaskStatus.ACCEPTED: 202, TaskStatus.RUNNING: 202,
                TaskStatus.PENDING: 202, TaskStatus.ROUTED: 202}
-
-
-def _int_header(headers, name: str, default: int | None) -> int | None:
-    raw = headers.get(name)
-    if raw is None:
-        return default
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        from reach_platform.errors import InvalidInput
-
-        raise InvalidInput(f"Header {name} must be an integer.")
-
-
-def invoke_headers(headers) -> InvokeHeaders:
-    """What a nested call carries (depth, call path, retry budget, trace), from the request's headers (any
-    case-insensitive mapping: Django's request.headers, or the ASGI lane's lower-cased dict)."""
-    return InvokeHeaders(
-        depth=_int_header(headers, "x-reach-depth", 0) or 0,
-        call_path=tuple(p for p in headers.get("x-reach-call-path", "").split(",") if p),
-        retry_budget=_int_header(headers, "x-reach-retry-budget", None),
-        trace_id=headers.get("x-reach-trace-id", ""),
-        traceparent=headers.get("traceparent", ""),
-        parent_request_id=headers.get("x-reach-parent-request-id", ""),
-    )
 
 
 class ResolveView(APIView):
@@ -59,7 +35,7 @@ class ResolveView(APIView):
 
 
 class InvokeView(APIView):
-    @extend_schema(request=InvokeInput, responses={200: TaskOutput})
+    @extend_schema(request=InvokeInput, responses={200: TaskOutput, 202: TaskOutput, 502: TaskOutput})
     def post(self, request):
         data = InvokeInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -9,6 +9,18 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
+def reader(django_user_model):
+    """A reviewer: reads every team's registry (plain callers see ACTIVE versions only, see test_read_scopes)."""
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user("reader", password="pw-reader-123")
+    user.groups.add(Group.objects.get(name="reviewer"))
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
 def imported():
     from django.core.management import call_command
 
@@ -22,33 +34,33 @@ def test_read_api_refuses_anonymous_calls(path):
     assert "error" in response.json()
 
 
-def test_agents_filter_by_team_and_environment(api, imported):
-    response = api.get("/api/v1/agents/", {"team": "commerce", "environment": "dev"})
+def test_agents_filter_by_team_and_environment(reader, imported):
+    response = reader.get("/api/v1/agents/", {"team": "commerce", "environment": "dev"})
     assert response.status_code == 200
     assert [a["endpoint_id"] for a in response.json()["results"]] == ["order-agent"]
-    assert api.get("/api/v1/agents/", {"environment": "prod"}).json()["count"] == 0
+    assert reader.get("/api/v1/agents/", {"environment": "prod"}).json()["count"] == 0
 
 
-def test_capability_versions_filter_by_action_domain_and_text(api, imported):
-    by_action = api.get("/api/v1/capability-versions/", {"action": "generate"}).json()
+def test_capability_versions_filter_by_action_domain_and_text(reader, imported):
+    by_action = reader.get("/api/v1/capability-versions/", {"action": "generate"}).json()
     assert {v["capability"] for v in by_action["results"]} == {"report.weekly", "code.generate"}
-    by_domain = api.get("/api/v1/capability-versions/", {"domain": "vision"}).json()
+    by_domain = reader.get("/api/v1/capability-versions/", {"domain": "vision"}).json()
     assert [v["capability"] for v in by_domain["results"]] == ["ocr.extract"]
-    by_text = api.get("/api/v1/capability-versions/", {"q": "notif"}).json()
+    by_text = reader.get("/api/v1/capability-versions/", {"q": "notif"}).json()
     assert [v["capability"] for v in by_text["results"]] == ["notify.send"]
 
 
-def test_instances_filter_by_liveness(api):
+def test_instances_filter_by_liveness(reader):
     agent_client(allowlisted("order-agent")).post("/api/v1/agents/register", registration("order-agent"),
                                                   format="json")
-    assert api.get("/api/v1/instances/", {"liveness": "online"}).json()["count"] == 1
-    assert api.get("/api/v1/instances/", {"liveness": "offline"}).json()["count"] == 0
+    assert reader.get("/api/v1/instances/", {"liveness": "online"}).json()["count"] == 1
+    assert reader.get("/api/v1/instances/", {"liveness": "offline"}).json()["count"] == 0
 
 
-def test_agent_detail_by_endpoint_id(api, imported):
-    response = api.get("/api/v1/agents/notify-agent/")
+def test_agent_detail_by_endpoint_id(reader, imported):
+    response = reader.get("/api/v1/agents/notify-agent/")
     assert response.status_code == 200 and response.json()["team"] == "platform"
-    assert api.get("/api/v1/agents/missing-agent/").status_code == 404
+    assert reader.get("/api/v1/agents/missing-agent/").status_code == 404
 
 
 def test_openapi_schema_and_docs(api, admin_client):

@@ -80,3 +80,18 @@ def test_reject_needs_a_reason_and_fails_the_task(django_user_model, user):
     # a non-reviewer cannot claim
     Task.objects.create(request_id="q-3", caller=user, task_text="x", status="manual_review", review_reason="low_score")
     assert as_user(user).post("/api/v1/review-queue/q-3/claim").status_code == 403
+
+
+@pytest.mark.django_db
+def test_only_reviewers_read_the_queue(django_user_model, user, api):
+    """Queue items hold callers' request texts (an IBAN here): a caller or a team member reads none of them."""
+    Task.objects.create(request_id="q-iban", caller=user, task_text="pay DE89370400440532013000",
+                        status="manual_review", review_reason="low_score")
+    member = django_user_model.objects.create_user("member", is_staff=True)
+    member.groups.add(Group.objects.get(name="agent team member"))
+    for client in (api, as_user(member)):
+        response = client.get("/api/v1/review-queue", {"status": "all"})
+        assert response.status_code == 403 and response.json()["error"]["code"] == "not_a_reviewer"
+        assert b"DE89" not in response.content
+    listed = as_user(reviewer(django_user_model, "rev-q")).get("/api/v1/review-queue", {"status": "all"}).json()
+    assert [i["request_id"] for i in listed["results"]] == ["q-iban"]

@@ -23,8 +23,9 @@ def test_member_edits_own_agent_but_not_another_teams_via_api(people):
     r = member.patch("/api/v1/agents/order-agent/", {"description": "orders, shipments"}, format="json")
     assert r.status_code == 200 and r.json()["description"] == "orders, shipments"
     assert AuditLog.objects.filter(action="agent.changed", actor=people["member"]).exists()
+    # another team's agent is not even readable: 404, as for one that does not exist
     r = member.patch("/api/v1/agents/notify-agent/", {"description": "hijacked"}, format="json")
-    assert r.status_code == 403 and r.json()["error"]["code"] == "not_your_team"
+    assert r.status_code == 404
     assert Agent.objects.get(endpoint_id="notify-agent").description != "hijacked"
     # bad input is a 4xx with a message
     r = member.patch("/api/v1/agents/order-agent/", {"status": "exploded"}, format="json")
@@ -67,7 +68,7 @@ def test_drafts_are_team_scoped_and_only_drafts_are_editable(people):
     r = outsider.post("/api/v1/capability-versions/", {"capability": "order.query"}, format="json")
     assert r.status_code == 403
     r = outsider.patch(f"/api/v1/capability-versions/{draft_id}/", {"examples": ["x"]}, format="json")
-    assert r.status_code == 403
+    assert r.status_code == 404  # another team's draft is not readable
     r = member.patch(f"/api/v1/capability-versions/{draft_id}/", {"timeout_ms": 1234}, format="json")
     assert r.status_code == 200 and r.json()["timeout_ms"] == 1234
     # the state is not the member's to write, and an active version is immutable
@@ -114,3 +115,23 @@ def test_member_adds_a_draft_in_the_admin_and_cannot_pick_another_teams_capabili
     assert r.status_code == 302 and r.url.endswith(f"/{draft.pk}/review/")
     assert draft.state == VersionState.DRAFT and draft.examples == ["where is parcel 9"]
     assert AuditLog.objects.filter(action="version.drafted", target_id=str(draft.pk), actor=people["member"]).exists()
+
+
+def _task_of(caller, request_id: str):
+    from routing.models import Task
+
+    return Task.objects.create(request_id=request_id, caller=caller, status="succeeded",
+                               task_text="pay IBAN DE89370400440532013000", review_reason="low_score")
+
+
+def test_the_staff_flag_grants_no_reads(people, user, client):
+    """Every admin user is staff: a team member must not read another caller's task, the ledger or metrics."""
+    _task_of(user, "theirs-1")
+    member = as_user(people["member"])  # is_staff=True, like every admin user
+    assert member.get("/api/v1/tasks/theirs-1").status_code == 403
+    assert member.post("/api/v1/tasks/theirs-1/feedback", {"correct": False}, format="json").status_code == 403
+    assert member.get("/api/v1/ledger/weekly").status_code == 403
+    client.force_login(people["member"])
+    assert client.get("/metrics").status_code == 403
+    assert as_user(people["reviewer"]).get("/api/v1/tasks/theirs-1").status_code == 200
+    assert as_user(people["finance"]).get("/api/v1/ledger/weekly").status_code == 200

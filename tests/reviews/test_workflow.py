@@ -74,3 +74,60 @@ def test_caller_feedback_is_a_labelled_example(api, user):
     assert (feedback.request_text, feedback.capability, feedback.correct) == ("where is my parcel", "order.query",
                                                                               False)
     assert api.post("/api/v1/tasks/nope/feedback", {"correct": True}, format="json").status_code == 404
+
+
+@pytest.mark.parametrize("conditions, where", [
+    ([{"type": 12}], "reject_conditions[0]"),
+    (["not a schema"], "reject_conditions[0]"),
+    ([{"type": "object"}, {"$ref": "https://evil.example/schema.json"}], "reject_conditions[1]"),
+])
+def test_bad_reject_conditions_do_not_pass_submission(people, conditions, where):
+    """Such a condition made every text invoke that considered the version fail with a 500 (issue 12, item 9)."""
+    version = order_version()
+    CapabilityVersion.objects.filter(pk=version.pk).update(reject_conditions=conditions)
+    r = as_user(people["member"]).post(f"/api/v1/capability-versions/{version.pk}/submit")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "incomplete_descriptor"
+    assert any(d.startswith(where) for d in r.json()["error"]["details"])
+    assert order_version().state == VersionState.DRAFT
+
+
+def test_remote_references_do_not_pass_import(tmp_path, capsys):
+    import yaml
+    from django.core.management import CommandError, call_command
+
+    source = tmp_path / "bad.yaml"
+    data = yaml.safe_load(open("examples/descriptors/order-agent.yaml").read())
+    data["capabilities"][0]["reject_conditions"] = [{"$ref": "http://169.254.169.254/schema.json"}]
+    source.write_text(yaml.safe_dump(data))
+    with pytest.raises(CommandError, match="nothing imported"):
+        call_command("reach_import", str(source), verbosity=0)
+    assert "reject_conditions[0]: refers outside itself" in capsys.readouterr().err
+    assert not CapabilityVersion.objects.exists()
+
+
+def test_four_eyes_always(people, django_user_model):
+    """An admin with no team cannot submit and approve alone; a reviewer decides nothing of their own team's
+    (issue 12, item 10)."""
+    from tests.reviews.conftest import person
+
+    boss = as_user(person(django_user_model, "boss", group="admin"))
+    version = order_version()
+    assert boss.post(f"/api/v1/capability-versions/{version.pk}/submit").status_code == 200
+    r = boss.post(f"/api/v1/capability-versions/{version.pk}/approve", {"confidence_weight": 1}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "own_submission"
+    r = boss.post(f"/api/v1/capability-versions/{version.pk}/reject", {"comment": "mine"}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "own_submission"
+    r = as_user(people["own_reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/reject",
+                                             {"comment": "ours"}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "own_team"
+    assert order_version().state == VersionState.SUBMITTED
+    # an active canary: its own team's reviewer neither promotes nor rolls it back
+    CapabilityVersion.objects.filter(pk=version.pk).update(state=VersionState.ACTIVE, is_canary=True,
+                                                           canary_share=0.1)
+    own = as_user(people["own_reviewer"])
+    assert own.post(f"/api/v1/capability-versions/{version.pk}/promote").json()["error"]["code"] == "own_team"
+    r = own.post(f"/api/v1/capability-versions/{version.pk}/rollback", {"reason": "x"}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "own_team"
+    assert order_version().is_canary and order_version().state == VersionState.ACTIVE
+    r = as_user(people["reviewer"]).post(f"/api/v1/capability-versions/{version.pk}/promote")
+    assert r.status_code == 200 and not order_version().is_canary

@@ -63,12 +63,15 @@ class ApiJsonErrorsMiddleware:
             return _json_error(404, "Not found.")
         if isinstance(exception, PermissionDenied):
             return _json_error(403, "Permission denied.")
-        # The exception's message may quote the request (a database error's DETAIL/CONTEXT carries a fragment of
-        # the statement's data): log its type and where it was raised, never its text.
-        logger.error("unhandled error in an API view", extra={
-            "path": request.path, "method": request.method, "exc_type": type(exception).__qualname__,
-            "at": _where(exception)})
+        log_unhandled(exception, path=request.path, method=request.method)
         return _json_error(500, "Internal error; it has been logged.")
+
+
+def log_unhandled(exception: BaseException, *, path: str, method: str) -> None:
+    """The exception's message may quote the request (a database error's DETAIL/CONTEXT carries a fragment of
+    the statement's data): log its type and where it was raised, never its text."""
+    logger.error("unhandled error in an API view", extra={
+        "path": path, "method": method, "exc_type": type(exception).__qualname__, "at": _where(exception)})
 
 
 def _where(exception: BaseException) -> list[str]:

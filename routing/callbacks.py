@@ -127,6 +127,15 @@ async def deliver(delivery_id: int) -> bool:
     return ok
 
 
+def delivery_attempt(delivery_id: int) -> bool:
+    """``deliver`` for sync code (a worker's retry, the admin, a shell)."""
+    from reach_platform import engine
+
+    if transaction.get_connection().in_atomic_block:
+        return engine.run_in_caller_thread(lambda: deliver(delivery_id))
+    return engine.run(deliver(delivery_id))
+
+
 def outbox_sweep(*, stale_s: float = 60.0) -> int:
     """Restart deliveries whose try never happened (their process died between the commit and the try)."""
     cutoff = timezone.now() - timedelta(seconds=stale_s)

@@ -22,8 +22,8 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from reach_platform import engine, tracing
-from reach_platform.errors import TooManyRequests
+from reach_platform import engine, jsonsafe, tracing
+from reach_platform.errors import ApplicationError, TooManyRequests
 from reach_platform.metrics import CALL_SECONDS, QUOTA_REFUSALS
 from routing import admission
 from routing.choices import AttemptOutcome
@@ -180,9 +180,13 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
     except httpx.TransportError as exc:
         return AttemptOutcome.CONNECT_ERROR, None, None, f"{type(exc).__name__}: {exc}"[:300], None
     status = response.status_code
-    try:
-        data = response.json()
-    except ValueError:
+    try:  # an agent's answer is stored: what PostgreSQL cannot hold (a NUL, a lone surrogate) is refused here
+        data = jsonsafe.parse_json(response.content) if response.content else {}
+    except ApplicationError:
+        data = None
+    if data is None:
+        if status < 400:
+            return AttemptOutcome.BAD_OUTPUT, status, None, "the answer is not storable JSON", None
         data = {}
     if not isinstance(data, dict):
         data = {"result": data}

@@ -17,10 +17,9 @@ CALLBACK_RETRIES = 3  # after the first try; then the delivery is dead-lettered
 def deliver_callback(delivery_id: int) -> bool:
     """One try of a callback delivery (the first try usually runs at once on the engine loop of the process
     that committed the outcome; retries come here with their back-off)."""
-    from reach_platform import engine
-    from routing.callbacks import deliver
+    from routing.callbacks import delivery_attempt
 
-    return engine.run(deliver(delivery_id))
+    return delivery_attempt(delivery_id)
 
 
 @shared_task(acks_late=True)

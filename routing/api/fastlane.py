@@ -19,6 +19,7 @@ from rest_framework.exceptions import ValidationError
 from reach_platform import engine, jsonsafe
 from reach_platform.authentication import TOKEN_CACHE_SECONDS
 from reach_platform.errors import ApplicationError, error_body
+from reach_platform.middleware import log_unhandled
 from routing.api.headers import invoke_headers
 from routing.api.serializers import InvokeInput, task_output
 from routing.api.views import HTTP_STATUS
@@ -117,8 +118,8 @@ async def serve(scope, receive, send) -> None:
         return await _respond(send, 400, error_body("invalid", "The request body is not valid.", exc.detail))
     except ApplicationError as exc:
         return await _respond(send, exc.status_code, error_body(exc.code, exc.message, exc.details), exc.headers)
-    except Exception:
-        logger.exception("invoke failed")
-        return await _respond(send, 500, error_body("server_error", "Internal error."))
+    except Exception as exc:
+        log_unhandled(exc, path=PATH, method="POST")
+        return await _respond(send, 500, error_body("server_error", "Internal error; it has been logged."))
     status = 202 if task.mode == "async" and task.status not in TERMINAL else HTTP_STATUS.get(task.status, 200)
     await _respond(send, status, task_output(task))

@@ -130,12 +130,12 @@ def test_an_unexpected_error_is_a_json_500_whose_log_line_quotes_nothing(api, mo
     """A database error's message carries fragments of the statement's data: the log gets its type only."""
     from django.db import DataError
 
-    from routing import services
+    from routing.api import views
 
     def explode(**kwargs):
         raise DataError("invalid input syntax DETAIL: Token \"IBAN DE89370400440532013000\" is invalid")
 
-    monkeypatch.setattr(services, "task_invoke", explode)
+    monkeypatch.setattr(views, "task_invoke", explode)
     with caplog.at_level(logging.INFO):
         response = APIClient(raise_request_exception=False, HTTP_AUTHORIZATION=api._credentials[
             "HTTP_AUTHORIZATION"]).post("/api/v1/invoke", ORDER, format="json")

@@ -35,8 +35,8 @@ def test_the_lane_refuses_bad_requests_with_json(user, running_agents, gateway_n
          "bad_json"),
         (httpx.post(url, json={"payload": {}}, headers=auth), 400, "invalid"),
         (httpx.post(url, json={**ORDER, "mode": "later"}, headers=auth), 400, "invalid"),
-        (httpx.post(url, json={**ORDER, "payload": {"x": "y" * 5000}}, headers=auth), 413, "too_large"),
-        (httpx.post(url, json=ORDER, headers={**auth, "X-Reach-Depth": "x"}), 400, "invalid"),
+        (httpx.post(url, json={**ORDER, "payload": {"x": "y" * 5000}}, headers=auth), 413, "payload_too_large"),
+        (httpx.post(url, json=ORDER, headers={**auth, "X-Reach-Depth": "x"}), 400, "invalid_header"),
         (httpx.post(url, json={"capability": "no.such", "payload": {}}, headers=auth), 404, None),
     ]
     for response, status, code in cases:

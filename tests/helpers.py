@@ -184,3 +184,41 @@ class GatewayProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class A2AAgentProcess:
+    """examples/a2a_agent.py (an example agent served as an A2A v1.0 server) in its own process on a free port."""
+
+    def __init__(self, descriptor: str = "order-agent.yaml"):
+        self.descriptor = DESCRIPTORS / descriptor
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> A2AAgentProcess:
+        self.proc = subprocess.Popen([sys.executable, str(BASE / "examples/a2a_agent.py"), "--descriptor",
+                                      str(self.descriptor), "--port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def up():
+            try:
+                return httpx.get(f"{self.url}/.well-known/agent-card.json", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout=30, message="A2A agent to serve its card")
+        return self
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/stats", timeout=5).json()
+
+    def set_faults(self, **faults) -> None:
+        httpx.post(f"{self.url}/faults", json=faults, timeout=5).raise_for_status()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)

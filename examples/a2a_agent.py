@@ -70,6 +70,8 @@ class ExampleState:
         self.base_url = base_url.rstrip("/")
         self.executions: Counter = Counter()
         self.tasks: Counter = Counter()
+        self.contexts: dict[str, str] = {}  # message id -> context id
+        self.texts: dict[str, str] = {}  # message id -> its text parts
         self.faults: dict = {}
 
     @property
@@ -122,6 +124,8 @@ class ExampleExecutor(AgentExecutor):
         mid = message.message_id
         self.state.executions[mid] += 1
         self.state.tasks[task_id] += 1
+        self.state.contexts[mid] = context_id
+        self.state.texts[mid] = message_input(message)[0]
         if self.state.faults.get("latency_ms"):
             await asyncio.sleep(self.state.faults["latency_ms"] / 1000)
         follow_up = context.current_task is not None  # the answer to an input-required turn
@@ -197,7 +201,7 @@ def build_app(descriptor: dict, base_url: str) -> tuple[Starlette, ExampleState]
 
     async def stats(_request: Request) -> JSONResponse:
         return JSONResponse({"endpoint_id": state.endpoint_id, "executions": dict(state.executions),
-                             "tasks": dict(state.tasks)})
+                             "tasks": dict(state.tasks), "contexts": state.contexts, "texts": state.texts})
 
     async def faults(request: Request) -> JSONResponse:
         body = await request.json()
@@ -205,6 +209,8 @@ def build_app(descriptor: dict, base_url: str) -> tuple[Starlette, ExampleState]
             state.faults.clear()
             state.executions.clear()
             state.tasks.clear()
+            state.contexts.clear()
+            state.texts.clear()
         state.faults.update(body)
         return JSONResponse({"faults": state.faults})
 

@@ -149,6 +149,7 @@ class CallContext:
     strategy: str = "weighted_round_robin"
     traceparent: str = ""
     sticky_instance_id: int | None = None  # the open session's instance, tried first
+    task_text: str = ""  # the caller's request in words (the a2a transport sends it as a text part)
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -171,6 +172,13 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
     body = {"capability": version.capability, "version": version.version, "payload": payload,
             "request_id": ctx.request_id}
     try:
+        if instance.transport == "a2a":
+            from routing import a2a_transport
+
+            outcome, status, result, error, usage = await a2a_transport.call(
+                instance, version, payload, ctx, _headers(ctx, version, budget), timeout)
+            return _checked_output(version, status, result, usage) if outcome == AttemptOutcome.SUCCESS \
+                else (outcome, status, result, error, usage)
         response = await engine.http().post(instance.url, json=body, headers=_headers(ctx, version, budget),
                                             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
     except httpx.TimeoutException as exc:
@@ -198,12 +206,15 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
             f"answered as '{answered_by}', expected '{version.agent}' (stale address?)", None
     if status == 202:
         return AttemptOutcome.ACCEPTED, status, None, "", data.get("usage")
-    result = data.get("result")
+    return _checked_output(version, status, data.get("result"), data.get("usage"))
+
+
+def _checked_output(version: VersionInfo, status: int | None, result: Any, usage: dict | None):
     if version.output_schema:
         errors = [e.message for e in validator_for(version.output_schema).iter_errors(result)]
         if errors:
-            return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], data.get("usage")
-    return AttemptOutcome.SUCCESS, status, result, "", data.get("usage")
+            return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], usage
+    return AttemptOutcome.SUCCESS, status, result, "", usage
 
 
 # Outcomes after which the agent may have executed the request.

@@ -343,7 +343,8 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     session = _open_session(row, candidates[0].agent) if row.user_key else None
     ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
                               call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
-                              traceparent=traceparent, sticky_instance_id=session.instance_id if session else None)
+                              traceparent=traceparent, sticky_instance_id=session.instance_id if session else None,
+                              task_text=row.task_text)
     return Plan(row, timeline, candidates, ctx, session)
 
 

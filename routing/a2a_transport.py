@@ -41,6 +41,13 @@ def context_id(agent: str, user_key: str) -> str:
 
 
 def build_message(ctx, payload: dict, agent: str) -> dict:
+    turn = ctx.a2a_turn
+    if turn:  # the caller's answer to the agent's question, on the agent's task
+        answer = turn["answer"]
+        part = {"data": answer, "mediaType": "application/json"} if isinstance(answer, dict) \
+            else {"text": str(answer), "mediaType": "text/plain"}
+        return {"role": "ROLE_USER", "messageId": f"{ctx.request_id}:{turn['turn']}", "parts": [part],
+                "taskId": turn.get("task_id") or "", "contextId": turn.get("context_id") or ""}
     parts: list[dict] = []
     if ctx.task_text:
         parts.append({"text": ctx.task_text, "mediaType": "text/plain"})
@@ -70,9 +77,11 @@ def outcome_of_task(task: dict) -> tuple[str, Any, str]:
     said = " ".join(p.get("text", "") for p in message_parts).strip()
     if state == "TASK_STATE_REJECTED":
         return AttemptOutcome.CLIENT_ERROR, None, f"the agent rejected the task{': ' + said if said else ''}"
+    if state == "TASK_STATE_INPUT_REQUIRED":
+        return AttemptOutcome.INPUT_REQUIRED, {"question": said, "task_id": task.get("id", ""),
+                                               "context_id": task.get("contextId", "")}, ""
     if state in INTERRUPTED:
-        return AttemptOutcome.CLIENT_ERROR, None, (f"the agent asks for input ({state}{': ' + said if said else ''}); "
-                                                   "multi-turn is not supported yet")
+        return AttemptOutcome.CLIENT_ERROR, None, f"the agent asks for {state}{': ' + said if said else ''}"
     return AttemptOutcome.SERVER_ERROR, None, f"A2A task ended {state}{': ' + said if said else ''}"
 
 
@@ -175,10 +184,20 @@ async def call(instance, version, payload: dict, ctx, headers: dict, timeout: fl
         if status >= 400 or "error" in data:
             return _error(status, data)
         task = data.get("result") or {}
-    if (task.get("status") or {}).get("state") in INTERRUPTED:
+    if (task.get("status") or {}).get("state") == "TASK_STATE_AUTH_REQUIRED":
         await _cancel(instance.url, task.get("id", ""), headers)
     outcome, value, error = outcome_of_task(task)
     return outcome, status, value, error, None
+
+
+def cancel_sync(url: str, task_id: str) -> bool:
+    """CancelTask from sync code (the reaper), best effort. Returns whether the agent took it."""
+    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": "CancelTask", "params": {"id": task_id}}
+    try:
+        response = httpx.post(url, json=body, headers={"A2A-Version": A2A_VERSION}, timeout=5.0)
+        return response.status_code == 200 and "result" in response.json()
+    except (httpx.HTTPError, ValueError):
+        return False
 
 
 async def _cancel(url: str, task_id: str, headers: dict) -> None:

@@ -65,6 +65,7 @@ class Execution:
     attempts: list[AttemptRecord] = field(default_factory=list)
     fallback: bool = False
     accepted: bool = False  # an http-async agent ACKed: the outcome comes later by callback
+    input_required: bool = False  # an A2A agent asks the caller (result: its question and the A2A task)
     budget_left: int = 0
 
 
@@ -150,6 +151,7 @@ class CallContext:
     traceparent: str = ""
     sticky_instance_id: int | None = None  # the open session's instance, tried first
     task_text: str = ""  # the caller's request in words (the a2a transport sends it as a text part)
+    a2a_turn: dict | None = None  # the caller's answer to an A2A agent's question: {task_id, context_id, answer, turn}
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -258,7 +260,7 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
                     span.set_attribute("reach.outcome", outcome)
             finally:
                 latency = (time.perf_counter() - t0) * 1000
-                ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
+                ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED, AttemptOutcome.INPUT_REQUIRED)
                 await asyncio.shield(admission.settle(instance, version.id,
                                                       ok=ok or outcome == AttemptOutcome.CLIENT_ERROR,
                                                       latency_ms=latency if ok else None))
@@ -270,6 +272,7 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
             if ok:
                 execution.ok = True
                 execution.accepted = outcome == AttemptOutcome.ACCEPTED
+                execution.input_required = outcome == AttemptOutcome.INPUT_REQUIRED
                 execution.result, execution.version, execution.instance = result, version, instance
                 execution.fallback = c_index > 0
                 return execution

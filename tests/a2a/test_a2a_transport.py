@@ -62,10 +62,30 @@ def test_tck_message_id_behaviours_are_carried_through(api, a2a_routed):
     assert Attempt.objects.filter(task__request_id="tck-artifact-data-r1", outcome="bad_output").exists()
 
 
-def test_input_required_and_rejection_fail_without_retry(api, a2a_routed):
-    asked = _invoke(api, "tck-input-required-r1")
-    assert asked["status"] == "failed" and "asks for input" in str(asked["error"])
-    assert a2a_routed.stats()["executions"]["tck-input-required-r1"] == 1  # a client error: not retried
+def test_input_required_is_answered_through_the_invoke_api(api, a2a_routed):
+    asked = _invoke(api, "tck-input-required-r1", user_key="u-7")
+    assert asked["status"] == "input_required" and asked["result"] == {"question": "Which order do you mean?"}
+    # a plain repeat answers from the task without executing
+    assert _invoke(api, "tck-input-required-r1")["status"] == "input_required"
+    assert a2a_routed.stats()["executions"] == {"tck-input-required-r1": 1}
+    done = _invoke(api, "tck-input-required-r1", answer={"order_id": "12"})
+    assert done["status"] == "succeeded", done
+    assert done["result"]["follow_up"] is True and done["result"]["answer"].endswith('{"order_id": "12"}')
+    stats = a2a_routed.stats()
+    # the answer went to the same A2A task and context, as the next message of the request
+    assert stats["executions"] == {"tck-input-required-r1": 1, "tck-input-required-r1:1": 1}
+    assert list(stats["tasks"].values()) == [2]
+    assert stats["contexts"]["tck-input-required-r1:1"] == stats["contexts"]["tck-input-required-r1"] \
+        == a2a_transport.context_id("order-service-agent", "u-7")
+    events = [e["to_status"] for e in api.get("/api/v1/tasks/tck-input-required-r1").json()["events"]]
+    assert events == ["pending", "routed", "running", "input_required", "pending", "routed", "running",
+                      "succeeded"]
+    # an answer to a task that asks nothing is a plain repeat
+    assert _invoke(api, "tck-input-required-r1", answer="again")["status"] == "succeeded"
+    assert sum(a2a_routed.stats()["executions"].values()) == 2
+
+
+def test_rejection_is_retried_as_an_agent_error(api, a2a_routed):
     rejected = _invoke(api, "tck-reject-task-r1")  # the SDK answers an internal error (-32603): retried
     assert rejected["status"] == "failed"
     assert a2a_routed.stats()["executions"]["tck-reject-task-r1"] == 3  # 1 + order.query's max_retries (2)
@@ -86,3 +106,23 @@ def test_a_slow_task_times_out(api, a2a_routed, settings):
     body = _invoke(api, "r-a2a-slow")
     assert body["status"] == "failed"
     assert Attempt.objects.filter(task__request_id="r-a2a-slow").first().outcome == "timeout"
+
+
+def test_an_unanswered_question_is_reaped_and_the_agent_task_cancelled(api, a2a_routed):
+    from datetime import timedelta
+
+    import httpx
+    from django.utils import timezone
+
+    from routing.models import Task
+    from routing.reaper import tasks_reap
+
+    assert _invoke(api, "tck-input-required-reap")["status"] == "input_required"
+    task = Task.objects.get(request_id="tck-input-required-reap")
+    Task.objects.filter(pk=task.pk).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    assert tasks_reap() == 1
+    task.refresh_from_db()
+    assert task.status == "failed" and task.error["code"] == "deadline_exceeded"
+    remote = httpx.post(a2a_routed.url, headers={"A2A-Version": "1.0"}, timeout=5, json={
+        "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task.options["a2a"]["task_id"]}}).json()
+    assert remote["result"]["status"]["state"] == "TASK_STATE_CANCELED"

@@ -17,7 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 django_application = get_asgi_application()
 
 from reach_platform import engine  # noqa: E402  (after Django is set up)
-from routing import mcp_server  # noqa: E402
+from routing import a2a_front, mcp_server  # noqa: E402
 from routing.api import fastlane  # noqa: E402
 
 
@@ -58,4 +58,6 @@ async def application(scope, receive, send):
         return await fastlane.serve(scope, receive, send)
     if mcp_server.wants(scope):
         return await mcp_server.serve(scope, receive, send)
+    if a2a_front.wants(scope):
+        return await a2a_front.serve(scope, receive, send)
     return await django_application(scope, receive, send)

@@ -4,8 +4,9 @@
 whose JSON-RPC interface is the gateway (``/a2a/<endpoint_id>``) and whose security scheme is our caller token.
 ``POST /a2a/<endpoint_id>`` (JSON-RPC, caller token as ``Authorization: Bearer``): ``SendMessage`` (blocking) is
 an invoke through the one invoke path, the message id being the request_id (so a repeated message never runs
-twice) and the contextId the user_key; ``GetTask`` reads our task. An A2A task is a normal task of ours (the
-admin, the ledger, the review queue). Not yet: streaming, ListTasks, push configs, the router card.
+twice) and the contextId the user_key; ``GetTask`` reads our task, ``ListTasks`` the caller's tasks (newest first, cursor paging), ``CancelTask``
+cancels one that waits on the caller. An A2A task is a normal task of ours (the admin, the ledger, the review
+queue). Not yet: streaming, push configs, the router card.
 """
 
 from __future__ import annotations
@@ -115,6 +116,54 @@ async def _get_task(caller, params: dict, rid):
     return {"jsonrpc": "2.0", "id": rid, "result": a2a_task(task)}
 
 
+MAX_PAGE = 100
+
+
+def _list_tasks(caller, params: dict) -> dict:
+    """The caller's tasks, newest first; ``pageToken`` is the id of the last task of the previous page."""
+    from routing.models import Task
+
+    size = params.get("pageSize") or 50
+    if not isinstance(size, int) or not 1 <= size <= MAX_PAGE:
+        raise ValueError(f"pageSize must be an integer from 1 to {MAX_PAGE}")
+    rows = Task.objects.filter(caller=caller).order_by("-id")
+    if params.get("contextId"):
+        rows = rows.filter(user_key=params["contextId"])
+    token = params.get("pageToken") or ""
+    if token:
+        if not str(token).isdigit():
+            raise ValueError("pageToken is not one this server gave")
+        rows = rows.filter(id__lt=int(token))
+    page = list(rows[: size + 1])
+    more = len(page) > size
+    page = page[:size]
+    return {"tasks": [a2a_task(t) for t in page], "nextPageToken": str(page[-1].id) if more else "",
+            "pageSize": size, "totalSize": Task.objects.filter(caller=caller).count()}
+
+
+def _cancel_task(caller, task_id: str) -> dict | tuple[int, str]:
+    """Cancel a task that waits on the caller (a question, a confirmation) or is still queued."""
+    from routing.choices import TaskStatus
+    from routing.models import Task
+    from routing.reaper import _cancel_a2a_task
+    from routing.transitions import Timeline
+
+    task = Task.objects.filter(request_id=task_id, caller=caller).first()
+    if task is None:
+        return -32001, "Task not found"
+    cancellable = (TaskStatus.PENDING, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.INPUT_REQUIRED)
+    if task.status not in cancellable:
+        return -32002, f"Task is {task.status}: it cannot be cancelled"
+    was = task.status
+    timeline = Timeline(task)
+    timeline.move(TaskStatus.CANCELLED, reason="A2A CancelTask")
+    if not timeline.commit():
+        return -32002, "Task moved meanwhile: it cannot be cancelled"
+    if was == TaskStatus.INPUT_REQUIRED:
+        _cancel_a2a_task(task)  # the agent that asked stops waiting too
+    return a2a_task(task)
+
+
 async def serve(scope, receive, send) -> None:
     from routing.api.fastlane import _caller, _read_body, _respond
     from routing.mcp_server import _token
@@ -150,6 +199,15 @@ async def serve(scope, receive, send) -> None:
         answer = await _send_message(caller, endpoint_id, info, params, rid)
     elif method == "GetTask":
         answer = await _get_task(caller, params, rid)
+    elif method == "ListTasks":
+        try:
+            answer = {"jsonrpc": "2.0", "id": rid, "result": await engine.db(_list_tasks, caller, params)}
+        except ValueError as exc:
+            answer = _rpc_error(rid, -32602, str(exc))
+    elif method == "CancelTask":
+        done = await engine.db(_cancel_task, caller, str(params.get("id", "")))
+        answer = _rpc_error(rid, *done) if isinstance(done, tuple) else {"jsonrpc": "2.0", "id": rid,
+                                                                           "result": done}
     elif method in ("SendStreamingMessage", "SubscribeToTask"):
         answer = _rpc_error(rid, -32004, "Streaming is not supported by this agent card.")
     elif method.endswith("TaskPushNotificationConfig") or method.endswith("TaskPushNotificationConfigs"):

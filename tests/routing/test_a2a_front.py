@@ -39,6 +39,15 @@ def test_agent_card_send_message_and_get_task(user, running_agents, gateway_node
     got = _rpc(url, token, "GetTask", {"id": "a2a-in-1"})["result"]
     assert got["status"]["state"] == "TASK_STATE_COMPLETED"
     assert _rpc(url, token, "GetTask", {"id": "nope"})["error"]["code"] == -32001
+    # a completed task cannot be cancelled
+    assert _rpc(url, token, "CancelTask", {"id": "a2a-in-1"})["error"]["code"] == -32002
+    second = {**message, "messageId": "a2a-in-2"}
+    _rpc(url, token, "SendMessage", {"message": second})
+    page = _rpc(url, token, "ListTasks", {"pageSize": 1})["result"]
+    assert [t["id"] for t in page["tasks"]] == ["a2a-in-2"] and page["totalSize"] == 2
+    rest = _rpc(url, token, "ListTasks", {"pageSize": 1, "pageToken": page["nextPageToken"]})["result"]
+    assert [t["id"] for t in rest["tasks"]] == ["a2a-in-1"] and rest["nextPageToken"] == ""
+    assert _rpc(url, token, "ListTasks", {"pageSize": 500})["error"]["code"] == -32602
     assert _rpc(url, token, "SendStreamingMessage", {"message": message})["error"]["code"] == -32004
     assert _rpc(url, token, "NoSuchMethod", {})["error"]["code"] == -32601
     assert httpx.post(url, json={}, timeout=10).status_code == 401

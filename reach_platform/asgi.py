@@ -2,11 +2,13 @@
 
 Django's ASGI application serves everything (admin, read API, agents' registration and callbacks), except the
 one hot path: ``POST /api/v1/invoke`` with a caller token goes to ``routing.api.fastlane``, which awaits the
-agent call on this server's event loop instead of holding Django's per-process sync thread for seconds.
+agent call on this server's event loop instead of holding Django's per-process sync thread for seconds; and
+``/mcp`` (the MCP server, ``routing.mcp_server``) is served on the loop the same way.
 The server's loop becomes the engine loop of the process (``reach_platform.engine``).
 """
 
 import asyncio
+import contextlib
 import os
 
 from django.core.asgi import get_asgi_application
@@ -15,6 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 django_application = get_asgi_application()
 
 from reach_platform import engine  # noqa: E402  (after Django is set up)
+from routing import a2a_front, mcp_server  # noqa: E402
 from routing.api import fastlane  # noqa: E402
 
 
@@ -32,15 +35,18 @@ def _warm_up() -> None:
 
 
 async def _lifespan(receive, send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            engine.bind(asyncio.get_running_loop())
-            await asyncio.get_running_loop().run_in_executor(None, _warm_up)
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    async with contextlib.AsyncExitStack() as stack:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                engine.bind(asyncio.get_running_loop())
+                await asyncio.get_running_loop().run_in_executor(None, _warm_up)
+                await stack.enter_async_context(mcp_server.running())  # the MCP session manager's task group
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await stack.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
 async def application(scope, receive, send):
@@ -50,4 +56,8 @@ async def application(scope, receive, send):
         engine.bind(asyncio.get_running_loop())
     if fastlane.wants(scope):
         return await fastlane.serve(scope, receive, send)
+    if mcp_server.wants(scope):
+        return await mcp_server.serve(scope, receive, send)
+    if a2a_front.wants(scope):
+        return await a2a_front.serve(scope, receive, send)
     return await django_application(scope, receive, send)

@@ -16,6 +16,7 @@ from registry.audit import object_save
 from registry.choices import VersionState
 from registry.models import (
     Agent,
+    AgentCard,
     AllowlistEntry,
     AuditLog,
     Capability,
@@ -314,6 +315,81 @@ class CapabilityVersionAdmin(TeamScopedAdmin):
         for version in queryset.exclude(state__in=[VersionState.ACTIVE, VersionState.RETIRED]):
             services.capability_version_activate(version=version, actor=request.user)
             self.message_user(request, f"{version} activated.")
+
+
+class CardImportForm(forms.ModelForm):
+    """"Add" on agent cards imports an agent from its card (registry.a2a_cards.agent_card_import)."""
+
+    url = forms.URLField(label="Agent URL", assume_scheme="https",
+                         help_text="The agent's base URL or its /.well-known/agent-card.json.")
+    team = forms.ModelChoiceField(queryset=Team.objects.all())
+    environment = forms.ModelChoiceField(queryset=Environment.objects.all(), to_field_name="name")
+
+    class Meta:
+        model = AgentCard
+        fields: list[str] = []
+
+    def clean(self):
+        from registry.a2a_cards import agent_card_import
+
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            self.imported = agent_card_import(url=data["url"], team=data["team"].slug,
+                                              environment=data["environment"].name, actor=self.user)
+        except ApplicationError as exc:
+            raise forms.ValidationError(error_message(exc)) from exc
+        return data
+
+
+@admin.register(AgentCard)
+class AgentCardAdmin(TeamScopedAdmin):
+    """A2A agents registered from their card. A card the agent later serves changed is flagged here."""
+
+    team_path = "agent__team"
+    list_display = ["agent", "name", "rpc_url", "flagged", "flag_reason", "last_checked_at"]
+    list_filter = ["flagged"]
+    readonly_fields = ["agent", "card_url", "name", "rpc_url", "card", "skills_digest", "registered_at",
+                       "last_checked_at", "flagged", "flag_reason", "served_card"]
+    actions = ["check_cards"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        if obj is None:
+            form = type("BoundCardImportForm", (CardImportForm,), {"user": request.user})
+            return form
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return ["url", "team", "environment"] if obj is None else self.readonly_fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if not change:  # the import saved everything in the form's clean (one transaction with this request)
+            obj.__dict__.update({k: v for k, v in form.imported.__dict__.items() if not k.startswith("_")})
+            obj._state.adding = False
+
+    def changelist_view(self, request, extra_context=None):
+        flagged = list(self.get_queryset(request).filter(flagged=True).select_related("agent"))
+        for record in flagged:
+            self.message_user(request, f"{record.agent.endpoint_id} serves a card that differs from the registered "
+                              f"one ({record.flag_reason}); it keeps routing as registered.", messages.WARNING)
+        return super().changelist_view(request, extra_context)
+
+    @admin.action(description="Fetch the selected cards again and flag changes")
+    def check_cards(self, request, queryset):
+        from registry.a2a_cards import agent_card_check
+
+        for record in queryset.select_related("agent"):
+            try:
+                record = agent_card_check(record=record, actor=request.user)
+            except ApplicationError as exc:
+                self.message_user(request, f"{record.agent.endpoint_id}: {error_message(exc)}", messages.ERROR)
+                continue
+            if not record.flagged:
+                self.message_user(request, f"{record.agent.endpoint_id}: card as registered.")
 
 
 @admin.register(AuditLog)

@@ -9,6 +9,7 @@ class AgentStatus(models.TextChoices):
 class Transport(models.TextChoices):
     HTTP = "http", "HTTP (sync JSON)"
     HTTP_ASYNC = "http-async", "HTTP async (202 ACK, then callback or poll)"
+    A2A = "a2a", "A2A v1.0 (JSON-RPC SendMessage)"
 
 
 class Liveness(models.TextChoices):

@@ -88,6 +88,26 @@ class Agent(models.Model):
         return self.endpoint_id
 
 
+class AgentCard(models.Model):
+    """The A2A agent card an agent was registered from: the truth. A card the agent later serves with another
+    name, URL or skills is flagged for a human, never followed."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="a2a_card")
+    card_url = models.URLField(max_length=500, help_text="Where the card was fetched (/.well-known/agent-card.json).")
+    card = models.JSONField(help_text="The card as registered.")
+    name = models.CharField(max_length=200, help_text="The registered card name (fingerprint).")
+    rpc_url = models.URLField(max_length=500, help_text="The registered JSON-RPC interface URL (fingerprint).")
+    skills_digest = models.CharField(max_length=64)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    flagged = models.BooleanField(default=False, db_index=True)
+    flag_reason = models.TextField(blank=True)
+    served_card = models.JSONField(null=True, blank=True, help_text="What the agent served when it was flagged.")
+
+    def __str__(self) -> str:
+        return f"card of {self.agent.endpoint_id}"
+
+
 class Instance(models.Model):
     """One running copy of an agent: where it listens, how much it can take, and whether it is alive."""
 
@@ -158,6 +178,10 @@ class CapabilityVersion(models.Model):
     reject_conditions = models.JSONField(default=list, blank=True, help_text="JSON Schemas the payload must NOT match.")
     input_schema = models.JSONField(default=dict, blank=True)
     output_schema = models.JSONField(default=dict, blank=True)
+    input_modes = ArrayField(models.CharField(max_length=100), default=list, blank=True,
+                             help_text="Media types the capability takes (an A2A skill's inputModes).")
+    output_modes = ArrayField(models.CharField(max_length=100), default=list, blank=True,
+                              help_text="Media types the capability answers (an A2A skill's outputModes).")
     idempotent = models.BooleanField(default=True)
     confidence_weight = models.FloatField(default=1.0)
     timeout_ms = models.PositiveIntegerField(default=30000)

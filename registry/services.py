@@ -327,7 +327,7 @@ def capability_version_activate(*, version: CapabilityVersion, actor=None, actor
 AGENT_EDITABLE = ("display_name", "description", "status")
 # What a team writes in a capability version; the review workflow owns state, reviewer fields and weights.
 DRAFT_FIELDS = ("description", "action", "domains", "tags", "keywords", "languages", "examples", "negative_cases",
-                "reject_conditions", "input_schema", "output_schema", "idempotent", "timeout_ms", "max_retries",
+                "reject_conditions", "input_schema", "output_schema", "input_modes", "output_modes", "idempotent", "timeout_ms", "max_retries",
                 "avg_latency_ms", "p95_latency_ms", "avg_tokens_per_call", "cost_per_call",
                 "price_per_1k_input_tokens", "price_per_1k_output_tokens", "model_name")
 

@@ -9,6 +9,7 @@ class TaskStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     NEEDS_CONFIRMATION = "needs_confirmation", "Needs confirmation"
+    INPUT_REQUIRED = "input_required", "Input required (the agent asks the caller)"
     MANUAL_REVIEW = "manual_review", "Manual review"
     CANCELLED = "cancelled", "Cancelled"
     DEAD_LETTERED = "dead_lettered", "Dead-lettered"
@@ -16,7 +17,7 @@ class TaskStatus(models.TextChoices):
 
 TERMINAL = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.DEAD_LETTERED)
 # States a repeated request_id answers from without executing anything.
-SETTLED = (*TERMINAL, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.MANUAL_REVIEW)
+SETTLED = (*TERMINAL, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.MANUAL_REVIEW, TaskStatus.INPUT_REQUIRED)
 
 
 class Decision(models.TextChoices):
@@ -34,6 +35,7 @@ class AttemptOutcome(models.TextChoices):
     BAD_OUTPUT = "bad_output", "Output breaks output_schema"
     FINGERPRINT = "fingerprint_mismatch", "Answered with another endpoint id"
     ACCEPTED = "accepted", "Accepted (async)"
+    INPUT_REQUIRED = "input_required", "The agent asks for input (A2A)"
 
 
 class Mode(models.TextChoices):
@@ -57,7 +59,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
                                    TaskStatus.FAILED, TaskStatus.CANCELLED}),
     TaskStatus.ROUTED: frozenset({TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
     TaskStatus.RUNNING: frozenset({TaskStatus.ROUTED, TaskStatus.ACCEPTED, TaskStatus.SUCCEEDED, TaskStatus.FAILED,
-                                   TaskStatus.MANUAL_REVIEW, TaskStatus.CANCELLED}),
+                                   TaskStatus.MANUAL_REVIEW, TaskStatus.CANCELLED, TaskStatus.INPUT_REQUIRED}),
+    # an A2A agent asked the caller: the caller's answer (a repeat of the request_id with "answer") runs it again
+    TaskStatus.INPUT_REQUIRED: frozenset({TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
     TaskStatus.ACCEPTED: frozenset({TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.FAILED,
                                     TaskStatus.CANCELLED}),
     TaskStatus.NEEDS_CONFIRMATION: frozenset({TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.CANCELLED}),

@@ -65,6 +65,7 @@ class Execution:
     attempts: list[AttemptRecord] = field(default_factory=list)
     fallback: bool = False
     accepted: bool = False  # an http-async agent ACKed: the outcome comes later by callback
+    input_required: bool = False  # an A2A agent asks the caller (result: its question and the A2A task)
     budget_left: int = 0
 
 
@@ -149,6 +150,8 @@ class CallContext:
     strategy: str = "weighted_round_robin"
     traceparent: str = ""
     sticky_instance_id: int | None = None  # the open session's instance, tried first
+    task_text: str = ""  # the caller's request in words (the a2a transport sends it as a text part)
+    a2a_turn: dict | None = None  # the caller's answer to an A2A agent's question: {task_id, context_id, answer, turn}
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -171,6 +174,13 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
     body = {"capability": version.capability, "version": version.version, "payload": payload,
             "request_id": ctx.request_id}
     try:
+        if instance.transport == "a2a":
+            from routing import a2a_transport
+
+            outcome, status, result, error, usage = await a2a_transport.call(
+                instance, version, payload, ctx, _headers(ctx, version, budget), timeout)
+            return _checked_output(version, status, result, usage) if outcome == AttemptOutcome.SUCCESS \
+                else (outcome, status, result, error, usage)
         response = await engine.http().post(instance.url, json=body, headers=_headers(ctx, version, budget),
                                             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
     except httpx.TimeoutException as exc:
@@ -202,12 +212,15 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
             f"answered as '{answered_by}', expected '{version.agent}' (stale address?)", None
     if status == 202:
         return AttemptOutcome.ACCEPTED, status, None, "", data.get("usage")
-    result = data.get("result")
+    return _checked_output(version, status, data.get("result"), data.get("usage"))
+
+
+def _checked_output(version: VersionInfo, status: int | None, result: Any, usage: dict | None):
     if version.output_schema:
         errors = [e.message for e in validator_for(version.output_schema).iter_errors(result)]
         if errors:
-            return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], data.get("usage")
-    return AttemptOutcome.SUCCESS, status, result, "", data.get("usage")
+            return AttemptOutcome.BAD_OUTPUT, status, None, f"output_schema: {errors[0]}"[:300], usage
+    return AttemptOutcome.SUCCESS, status, result, "", usage
 
 
 # Outcomes after which the agent may have executed the request.
@@ -252,7 +265,7 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
                     span.set_attribute("reach.outcome", outcome)
             finally:
                 latency = (time.perf_counter() - t0) * 1000
-                ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED)
+                ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED, AttemptOutcome.INPUT_REQUIRED)
                 await asyncio.shield(admission.settle(instance, version.id,
                                                       ok=ok or outcome == AttemptOutcome.CLIENT_ERROR,
                                                       latency_ms=latency if ok else None))
@@ -264,6 +277,7 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
             if ok:
                 execution.ok = True
                 execution.accepted = outcome == AttemptOutcome.ACCEPTED
+                execution.input_required = outcome == AttemptOutcome.INPUT_REQUIRED
                 execution.result, execution.version, execution.instance = result, version, instance
                 execution.fallback = c_index > 0
                 return execution

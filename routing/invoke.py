@@ -115,14 +115,15 @@ def claim(fields: dict) -> tuple[Task, bool]:
         return Task.objects.get(request_id=fields["request_id"]), False
 
 
-async def invoke(*, caller, payload: dict, confirm: str | None = None, **options) -> Task:
+async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=None, **options) -> Task:
     """A caller's request: claimed, then run now (sync) or by a worker (async). A repeat of a request_id never
-    executes twice."""
+    executes twice; a repeat with ``answer`` answers an agent's question (INPUT_REQUIRED) and runs the next
+    turn."""
     headers = options.get("headers") or InvokeHeaders()
     fields = task_fields(caller=caller, payload=payload, **options)
     row, created = await engine.db(claim, fields)
     if not created:
-        return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent)
+        return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent, answer=answer)
     if row.mode == "async":
         return row
     pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
@@ -133,8 +134,9 @@ def task_invoke(*, caller, payload: dict, **options) -> Task:
     """``invoke`` for sync code (the DRF view, schedules, the review queue, the shell). An async task is only
     claimed, in the caller's thread and transaction; a sync one runs on the engine loop (inside a transaction,
     on a loop of its own with its database work in this thread: see ``engine.run_in_caller_thread``)."""
-    if options.get("mode", "sync") == "async" and not options.get("confirm"):
+    if options.get("mode", "sync") == "async" and not options.get("confirm") and options.get("answer") is None:
         options.pop("confirm", None)
+        options.pop("answer", None)
         row, created = claim(task_fields(caller=caller, payload=payload, **options))
         return row
     if connection.in_atomic_block:
@@ -148,7 +150,7 @@ def _refusal(exc: ApplicationError) -> dict:
     return {"code": exc.code, "message": exc.message, "refused": True, "http_status": exc.status_code}
 
 
-async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str) -> Task:
+async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str, answer=None) -> Task:
     """A request_id seen before: never execute twice. A refused sync request (nothing ran) runs again, as a
     retry after a 429 must; a confirmation runs the chosen candidate; otherwise the repeat waits on the event
     loop for the outcome (bounded) and answers with it. Repeats count against the caller's quotas."""
@@ -164,6 +166,10 @@ async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str) -
             confirmed = await engine.db(_confirm, row, confirm)
             if confirmed is not None:
                 return await run(confirmed, traceparent=traceparent, quota_held=True)
+        if answer is not None and row.status == TaskStatus.INPUT_REQUIRED:
+            answered = await engine.db(_answer, row, answer)
+            if answered is not None:
+                return await run(answered, traceparent=traceparent, quota_held=True)
         if row.mode != "sync":
             return row
         return await waiting.until_settled(row, timeout=float(_reach("DUPLICATE_WAIT_S")))
@@ -179,6 +185,18 @@ def _reopen_refused(row: Task) -> Task | None:
     if timeline.commit(fields=["error"], guard={"error__refused": True}):
         return row
     return None  # another retry took it: the caller waits for that one
+
+
+def _answer(row: Task, answer) -> Task | None:
+    """The caller answers an A2A agent's question: the next turn goes to the same agent and A2A task."""
+    turn = dict((row.options or {}).get("a2a") or {})
+    turn["answer"] = answer
+    turn["turn"] = int(turn.get("turn", 0)) + 1
+    timeline = Timeline(row)
+    timeline.move(TaskStatus.PENDING, answered_turn=turn["turn"])
+    row.options = {**(row.options or {}), "a2a": turn}
+    row.capability_requested = (row.capability_label or "").split("@")[0] or row.capability_requested
+    return row if timeline.commit(fields=["options", "capability_requested"]) else None
 
 
 def _confirm(row: Task, choice: str) -> Task | None:
@@ -343,7 +361,12 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     session = _open_session(row, candidates[0].agent) if row.user_key else None
     ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
                               call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
-                              traceparent=traceparent, sticky_instance_id=session.instance_id if session else None)
+                              traceparent=traceparent, sticky_instance_id=session.instance_id if session else None,
+                              task_text=row.task_text,
+                              a2a_turn=options.get("a2a") if options.get("a2a", {}).get("answer") is not None
+                              else None)
+    if ctx.a2a_turn and row.instance_id:
+        ctx.sticky_instance_id = row.instance_id  # the agent that asked
     return Plan(row, timeline, candidates, ctx, session)
 
 
@@ -361,6 +384,13 @@ def _record(plan: Plan, execution: gateway.Execution) -> Task:
     if execution.instance:
         row.instance_id = execution.instance.id
     attempts = execution.attempts
+    if execution.ok and execution.input_required:
+        question = execution.result or {}
+        row.result = {"question": question.get("question", "")}
+        row.options = {**(row.options or {}), "a2a": {k: question.get(k) for k in ("task_id", "context_id")}
+                       | {"turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
+        timeline.move(TaskStatus.INPUT_REQUIRED)
+        return _commit_run(row, timeline, attempts=attempts)
     if execution.ok and execution.accepted:
         timeline.move(TaskStatus.ACCEPTED)
         return _commit_run(row, timeline, attempts=attempts)

@@ -18,13 +18,24 @@ def tasks_reap(*, now=None) -> int:
     the state machine. Returns how many were reaped."""
     now = now or timezone.now()
     reaped = 0
-    for row in Task.objects.filter(status__in=IN_FLIGHT, deadline_at__lt=now):
+    for row in Task.objects.filter(status__in=(*IN_FLIGHT, TaskStatus.INPUT_REQUIRED), deadline_at__lt=now):
         stuck_in = row.status
         timeline = Timeline(row)
         timeline.move(TaskStatus.FAILED, reason=f"deadline passed while {stuck_in}")
         row.error = {"code": "deadline_exceeded", "message": f"no outcome by the deadline (stuck {stuck_in})"}
-        reaped += timeline.commit(fields=["error"])
+        moved = timeline.commit(fields=["error"])
+        reaped += moved
+        if moved and stuck_in == TaskStatus.INPUT_REQUIRED:
+            _cancel_a2a_task(row)  # nobody answers the agent's question: it stops waiting too
     return reaped
+
+
+def _cancel_a2a_task(row: Task) -> None:
+    from routing.a2a_transport import cancel_sync
+
+    task_id = ((row.options or {}).get("a2a") or {}).get("task_id")
+    if task_id and row.instance is not None:
+        cancel_sync(row.instance.url, task_id)
 
 
 def sessions_close_idle(*, now=None) -> int:

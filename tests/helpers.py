@@ -33,6 +33,26 @@ def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1, message:
     raise AssertionError(f"timed out after {timeout}s waiting for {message() if callable(message) else message}")
 
 
+def wait_http_ok(url: str, timeout: float, message: str) -> None:
+    def up():
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout=timeout, message=message)
+
+
+def stop_group(proc: subprocess.Popen | None, wait: float) -> None:
+    """SIGTERM a process started with start_new_session, SIGKILL when it does not stop in time."""
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def subprocess_env() -> dict:
     from django.conf import settings
     from django.db import connection
@@ -171,13 +191,7 @@ class GatewayProcess:
         self.proc = subprocess.Popen(web_command("127.0.0.1", self.port, workers=self.workers), cwd=BASE, env=env,
                                      start_new_session=True)
 
-        def up():
-            try:
-                return httpx.get(f"{self.url}/admin/login/", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(up, timeout=60, message="gateway node to answer")
+        wait_http_ok(f"{self.url}/admin/login/", timeout=60, message="gateway node to answer")
         return self
 
     def stop(self) -> None:
@@ -197,3 +211,30 @@ def run_async(coro):
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+class A2AAgentProcess:
+    """examples/a2a_agent.py (an example agent served as an A2A v1.0 server) in its own process on a free port."""
+
+    def __init__(self, descriptor: str = "order-agent.yaml"):
+        self.descriptor = DESCRIPTORS / descriptor
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> A2AAgentProcess:
+        self.proc = subprocess.Popen([sys.executable, str(BASE / "examples/a2a_agent.py"), "--descriptor",
+                                      str(self.descriptor), "--port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        wait_http_ok(f"{self.url}/.well-known/agent-card.json", timeout=30, message="A2A agent to serve its card")
+        return self
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/stats", timeout=5).json()
+
+    def set_faults(self, **faults) -> None:
+        httpx.post(f"{self.url}/faults", json=faults, timeout=5).raise_for_status()
+
+    def stop(self) -> None:
+        stop_group(self.proc, 5)

@@ -36,6 +36,8 @@ class InvokeInput(ResolveInput):
     callback_url = serializers.URLField(required=False, allow_blank=True, default="", max_length=500)
     user_key = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     confirm = serializers.CharField(required=False, max_length=120)
+    # the answer to an A2A agent's question (a task in input_required): text or a JSON object
+    answer = serializers.JSONField(required=False)
 
     def validate_callback_url(self, value: str) -> str:
         """Shape only (scheme, host, port range, IDNA); the address guard resolves it in the service."""

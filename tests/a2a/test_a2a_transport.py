@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def a2a_routed(fresh_a2a_agent, settings):
-    settings.REACH = {**settings.REACH, "CALLBACK_ALLOWED_NETWORKS": ["127.0.0.0/8"], "BACKOFF_BASE_S": 0.01}
+    settings.REACH = {**settings.REACH, "AGENT_ALLOWED_NETWORKS": ["127.0.0.0/8"], "BACKOFF_BASE_S": 0.01}
     agent_card_import(url=fresh_a2a_agent.url, team="commerce", environment="dev")
     version = CapabilityVersion.objects.get()
     CapabilityVersion.objects.filter(pk=version.pk).update(

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def loopback_allowed(settings):
-    settings.REACH = {**settings.REACH, "CALLBACK_ALLOWED_NETWORKS": ["127.0.0.0/8"]}
+    settings.REACH = {**settings.REACH, "AGENT_ALLOWED_NETWORKS": ["127.0.0.0/8"]}
 
 
 def test_import_creates_agent_allowlist_instance_and_one_draft_per_skill(fresh_a2a_agent, loopback_allowed):
@@ -39,7 +39,7 @@ def test_import_creates_agent_allowlist_instance_and_one_draft_per_skill(fresh_a
 
 
 def test_the_address_guard_refuses_a_private_card_url(fresh_a2a_agent, settings):
-    settings.REACH = {**settings.REACH, "CALLBACK_ALLOWED_NETWORKS": []}
+    settings.REACH = {**settings.REACH, "AGENT_ALLOWED_NETWORKS": []}
     with pytest.raises(CommandError, match="card URL resolves to non-public address 127.0.0.1"):
         call_command("reach_import_card", fresh_a2a_agent.url, verbosity=0)
     assert not AgentCard.objects.exists()

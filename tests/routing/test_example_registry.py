@@ -131,3 +131,21 @@ def test_explanations_show_only_what_was_computed(live_registry):
     assert fast["fast_path"] is True
     assert "semantic" not in fast["breakdown"] and fast["breakdown"]["keyword_hits"] == 2
     assert fast["reasons"][0].startswith("keywords 物流, 订单")
+
+
+def test_the_calibration_is_refitted_when_a_version_changes(live_registry):
+    from registry.choices import VersionState
+    from registry.models import CapabilityVersion
+    from registry.tasks import embed_capability_version
+    from routing.models import RoutingCalibration
+
+    before = RoutingCalibration.objects.get().params
+    assert before["cases"]["latin"]["in_scope"] > 0
+    # one capability leaves the registry: the next calibration is fitted on the other five
+    gone = CapabilityVersion.objects.get(capability__name="ocr.extract")
+    CapabilityVersion.objects.filter(pk=gone.pk).update(state=VersionState.RETIRED)
+    embed_capability_version(CapabilityVersion.objects.get(capability__name="order.query").pk)  # vectors changed
+    row = RoutingCalibration.objects.get()
+    assert row.capabilities == 5 and row.params != before
+    assert snapshot.current().calibration.to_json()["coef"] == row.params["coef"]
+    assert resolver.resolve(task="识别这张截图里的文字").candidates[0].version.capability != "ocr.extract"

@@ -9,6 +9,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def seeded_shots(train: list, shots: int, seed: int) -> dict[str, list[str]]:
+    """intent -> its first ``shots`` training utterances after a seeded shuffle (the CLINC150 README's protocol)."""
+    import random
+
+    by_intent: dict[str, list[str]] = {}
+    for text, intent in train:
+        by_intent.setdefault(intent, []).append(text)
+    rng = random.Random(seed)
+    out = {}
+    for intent in sorted(by_intent):
+        texts = list(by_intent[intent])
+        rng.shuffle(texts)
+        out[intent] = texts[:shots]
+    return out
+
+
 def setup_django(db_name: str, embedder: str | None = None) -> None:
     """Create ``db_name`` afresh, point Django at it and migrate."""
     os.environ["REACH_DB_NAME"] = db_name
@@ -33,16 +49,17 @@ def setup_django(db_name: str, embedder: str | None = None) -> None:
 
 
 def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict[str, list[str]] | None = None,
-                          agents_per_capability: bool = True) -> list:
-    """Register one agent + capability per entry through the real import path, activate, embed in this process,
-    calibrate, and give every agent a live instance. Returns the ACTIVE versions."""
+                          agents_per_capability: bool = True, embedder=None, flush_query_cache: bool = True) -> list:
+    """Register one agent + capability per entry through the real import path, activate, embed in this process
+    (with ``embedder``, default the configured one), calibrate, and give every agent a live instance. Returns the
+    ACTIVE versions."""
     from unittest import mock
 
     from django.utils import timezone
 
     from registry.descriptors import ParsedDescriptor, descriptors_import
     from registry.embedding import get_embedder
-    from registry.embedding_service import capability_version_embed
+    from registry.embedding_service import capability_versions_embed
     from registry.models import Agent, Instance
     from routing import snapshot
     from routing.calibration_service import calibration_refresh
@@ -58,12 +75,10 @@ def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict
                                                       "negative_cases": negatives.get(name, [])}]))
     with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
         result = descriptors_import(parsed=parsed, activate=True)
-    embedder = get_embedder()
-    for version in result.activated:
-        capability_version_embed(version=version, embedder=embedder)
+    capability_versions_embed(versions=list(result.activated), embedder=embedder or get_embedder())
     calibration_refresh()
-    for key in snapshot.redis_client().scan_iter("reach:emb:*"):  # figures start from a cold embedding cache
-        snapshot.redis_client().delete(key)
+    for key in (snapshot.redis_client().scan_iter("reach:emb:*") if flush_query_cache else ()):
+        snapshot.redis_client().delete(key)  # figures start from a cold embedding cache
     now = timezone.now()
     Instance.objects.bulk_create([Instance(agent=a, instance_id="bench", url=f"http://127.0.0.1:1/{a.pk}",
                                            last_heartbeat_at=now, last_seen_at=now) for a in Agent.objects.all()])

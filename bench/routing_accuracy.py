@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
 from pathlib import Path
 
-from _common import register_capabilities, setup_django
+from _common import register_capabilities, seeded_shots, setup_django
 
 
 def main() -> None:
@@ -32,15 +31,7 @@ def main() -> None:
 
     from routing import resolver
 
-    by_intent: dict[str, list[str]] = {}
-    for text, intent in data["train"]:
-        by_intent.setdefault(intent, []).append(text)
-    rng = random.Random(args.seed)
-    capabilities = {}
-    for intent in sorted(by_intent):
-        texts = list(by_intent[intent])
-        rng.shuffle(texts)
-        capabilities[f"intent.{intent}"] = texts[: args.shots]
+    capabilities = {f"intent.{i}": texts for i, texts in seeded_shots(data["train"], args.shots, args.seed).items()}
     t0 = time.time()
     register_capabilities(capabilities)
     from registry.embedding import get_embedder

@@ -224,6 +224,10 @@ REACH: dict[str, Any] = {
     # Resolver (BRIEF §2): decision bands on the calibrated score, score weights, candidates kept.
     "EXECUTE_AT": env_float("REACH_EXECUTE_AT", 0.75),
     "CONFIRM_AT": env_float("REACH_CONFIRM_AT", 0.55),
+    # Stated risks the calibration holds EXECUTE to (routing.calibration): share of in-scope requests executed on
+    # a wrong capability, share of requests no registered capability serves that execute anyway.
+    "EXECUTE_MAX_WRONG": env_float("REACH_EXECUTE_MAX_WRONG", 0.02),
+    "EXECUTE_MAX_OOS": env_float("REACH_EXECUTE_MAX_OOS", 0.05),
     "WEIGHTS": {
         "rule": env_float("REACH_WEIGHT_RULE", 0.3),
         "semantic": env_float("REACH_WEIGHT_SEMANTIC", 0.5),

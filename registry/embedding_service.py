@@ -23,23 +23,38 @@ def version_texts(version: CapabilityVersion) -> list[tuple[str, int, str]]:
 def capability_version_embed(*, version: CapabilityVersion, embedder: Embedder | None = None) -> int:
     """(Re)build every vector of one version for the embedder: examples, negatives, description and the centroid
     of the examples. Returns the number of rows written."""
+    return capability_versions_embed(versions=[version], embedder=embedder)
+
+
+def capability_versions_embed(*, versions: list[CapabilityVersion], embedder: Embedder | None = None,
+                              chunk: int = 2000) -> int:
+    """The same for many versions at once (an import, a re-embedding): the texts of up to ``chunk`` versions go to
+    the encoder in one call, each distinct text once (a vector does not depend on its batch: see
+    registry.embedding), and their rows are written in one transaction per chunk. Returns the rows written."""
     embedder = embedder or get_embedder()
-    texts = version_texts(version)
-    matrix = embedder.encode([normalize_text(t) for _, _, t in texts])
-    rows = [
-        CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim, kind=kind, position=pos,
-                         text=text, embedding=matrix[i])
-        for i, (kind, pos, text) in enumerate(texts)
-    ]
-    example_rows = [i for i, (kind, _, _) in enumerate(texts) if kind == VectorKind.EXAMPLE]
-    if example_rows:
-        centroid = matrix[example_rows].mean(axis=0)
-        centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
-        rows.append(CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim,
-                                     kind=VectorKind.CENTROID, position=0, text="", embedding=centroid))
     ensure_hnsw_index(embedder.dim)
-    with transaction.atomic():
-        CapabilityVector.objects.filter(version=version, embedder=embedder.name).delete()
-        CapabilityVector.objects.bulk_create(rows, batch_size=500)
-        CapabilityVersion.objects.filter(pk=version.pk).update(embedded_with=embedder.name)
-    return len(rows)
+    written = 0
+    for start in range(0, len(versions), chunk):
+        part = versions[start:start + chunk]
+        texts = {version.pk: version_texts(version) for version in part}
+        distinct = list(dict.fromkeys(normalize_text(t) for rows in texts.values() for _, _, t in rows))
+        vectors = dict(zip(distinct, embedder.encode(distinct), strict=True)) if distinct else {}
+        rows = []
+        for version in part:
+            matrix = [vectors[normalize_text(t)] for _, _, t in texts[version.pk]]
+            rows += [CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim, kind=kind,
+                                      position=pos, text=text, embedding=matrix[i])
+                     for i, (kind, pos, text) in enumerate(texts[version.pk])]
+            examples = [matrix[i] for i, (kind, _, _) in enumerate(texts[version.pk]) if kind == VectorKind.EXAMPLE]
+            if examples:
+                centroid = np.mean(examples, axis=0)
+                centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
+                rows.append(CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim,
+                                             kind=VectorKind.CENTROID, position=0, text="", embedding=centroid))
+        with transaction.atomic():
+            ids = [version.pk for version in part]
+            CapabilityVector.objects.filter(version_id__in=ids, embedder=embedder.name).delete()
+            CapabilityVector.objects.bulk_create(rows, batch_size=1000)
+            CapabilityVersion.objects.filter(pk__in=ids).update(embedded_with=embedder.name)
+        written += len(rows)
+    return written

@@ -3,34 +3,48 @@
 from __future__ import annotations
 
 import numpy as np
+from django.conf import settings
 
 from registry.choices import VectorKind, VersionState
-from registry.embedding import embedder_name
-from registry.models import CapabilityVector
-from routing.calibration import HEAD_MAX_CAPABILITIES, fit_calibration, fit_head_calibration
+from registry.embedding import embedder_name, normalize_text
+from registry.models import CapabilityVector, CapabilityVersion
+from routing.calibration import HEAD_MAX_CAPABILITIES, fit_calibration, fit_head, keyword_hit_matrix
 from routing.models import RoutingCalibration
 from routing.snapshot import bump_generation
 
 
 def calibration_refresh(*, embedder: str | None = None) -> dict:
     name = embedder or embedder_name()
-    examples: dict[int, list] = {}
-    negatives: dict[int, list] = {}
-    rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE,
-                                           kind__in=[VectorKind.EXAMPLE, VectorKind.NEGATIVE])
+    kinds = (VectorKind.EXAMPLE, VectorKind.NEGATIVE, VectorKind.DESCRIPTION)
+    texts: dict[str, dict[int, list]] = {kind: {} for kind in kinds}
+    words: dict[str, dict[int, list[str]]] = {kind: {} for kind in kinds}
+    rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE, kind__in=kinds)
     # ordered: the cross-fitting folds follow each example's position, so the fit is reproducible
     ordered = rows.order_by("version_id", "kind", "position")
-    for vid, kind, emb in ordered.values_list("version_id", "kind", "embedding").iterator(chunk_size=5000):
-        (examples if kind == VectorKind.EXAMPLE else negatives).setdefault(vid, []).append(emb)
-    ids = sorted(examples)
-    ex = [np.asarray(examples[i], dtype=np.float32) for i in ids]
+    for vid, kind, emb, text in ordered.values_list("version_id", "kind", "embedding", "text").iterator(
+            chunk_size=5000):
+        texts[kind].setdefault(vid, []).append(emb)
+        words[kind].setdefault(vid, []).append(normalize_text(text))
+    ids = sorted(texts[VectorKind.EXAMPLE])
+    keywords = {vid: {k.lower() for k in (kw or []) + (tags or [])} for vid, kw, tags in
+                CapabilityVersion.objects.filter(pk__in=ids).values_list("pk", "keywords", "tags")}
+    keyword_sets = [keywords.get(i, set()) for i in ids]
+    ex = [np.asarray(texts[VectorKind.EXAMPLE][i], dtype=np.float32) for i in ids]
     dim = ex[0].shape[1] if ex else 1
-    neg = [np.asarray(negatives.get(i, np.zeros((0, dim))), dtype=np.float32).reshape(-1, dim) for i in ids]
-    head = None
-    if 3 <= len(ids) <= HEAD_MAX_CAPABILITIES and all(len(e) >= 2 for e in ex):
-        calibration, head = fit_head_calibration(ex, neg, ids)
-    else:
-        calibration = fit_calibration(ex, neg)
+
+    def matrices(kind: str) -> list[np.ndarray]:
+        return [np.asarray(texts[kind].get(i, np.zeros((0, dim))), dtype=np.float32).reshape(-1, dim) for i in ids]
+
+    use_head = 3 <= len(ids) <= HEAD_MAX_CAPABILITIES and all(len(e) >= 2 for e in ex)
+    reach = settings.REACH
+
+    def hits(kind: str) -> list[np.ndarray]:
+        return [keyword_hit_matrix(words[kind].get(i, []), keyword_sets) for i in ids]
+
+    calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
+                                  max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
+                                  example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE))
+    head = fit_head(ex, ids, matrices(VectorKind.DESCRIPTION)) if use_head else None
     RoutingCalibration.objects.update_or_create(embedder=name, defaults={
         "params": calibration.to_json(), "capabilities": len(ids), "head": head.to_bytes() if head else None})
     bump_generation()

@@ -15,7 +15,6 @@ calibrated probability.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,13 +28,12 @@ from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
 from registry.vectors import pgvector_compute_enabled, vector_literal
 from routing import breaker, capacity, snapshot
-from routing.calibration import families
+from routing.calibration import families, keyword_grams, language_buckets
 from routing.choices import Decision
 from routing.schemas import validator_for
 
 _EMBED_CACHE: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 _EMBED_CACHE_MAX = 5000
-_WORD = re.compile(r"[a-z0-9][a-z0-9'._+-]*|[\u3040-\u30ff\u3400-\u9fff]+")
 
 
 @dataclass
@@ -153,24 +151,14 @@ def negative_and_example_similarity(version_ids: list[int], query: np.ndarray,
     return {vid: (ex, neg) for vid, (ex, neg) in out.items()}
 
 
-def rule_hits(text: str, snap: snapshot.Snapshot) -> dict[int, int]:
-    """Distinct keyword/tag hits per version: word 1-3-grams, and 2-4 character runs inside CJK text."""
+def rule_hits(text: str, snap: snapshot.Snapshot) -> dict[int, list[str]]:
+    """The distinct keywords/tags each version matched (routing.calibration.keyword_grams)."""
     if not snap.keyword_index:
         return {}
-    words = _WORD.findall(text)
-    grams: set[str] = set()
-    for n in (1, 2, 3):
-        for i in range(len(words) - n + 1):
-            grams.add(" ".join(words[i:i + n]))
-    for word in words:
-        if word and "\u3040" <= word[0]:
-            for n in (2, 3, 4):
-                for i in range(len(word) - n + 1):
-                    grams.add(word[i:i + n])
-    hits: dict[int, int] = {}
-    for gram in grams:
+    hits: dict[int, list[str]] = {}
+    for gram in sorted(keyword_grams(text)):
         for vid in snap.keyword_index.get(gram, ()):
-            hits[vid] = hits.get(vid, 0) + 1
+            hits.setdefault(vid, []).append(gram)
     return hits
 
 
@@ -229,18 +217,19 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     resolution = Resolution(decision=Decision.MANUAL_REVIEW, candidates=[], text_hash=text_hash(text))
 
     # Rule-only fast path: one version with >= 2 distinct keyword hits and no other version hit at all.
-    strong = [vid for vid, n in hits.items() if n >= 2]
+    strong = [vid for vid, grams in hits.items() if len(grams) >= 2]
     if len(strong) == 1 and len(hits) == 1 and payload_problems(snap.versions[strong[0]], payload) == []:
         info = snap.versions[strong[0]]
         health, reasons = _health(info, breaker.open_instances([i.id for i in info.instances]))
         if health > 0:
+            # no embedding was computed: the score rests on the keywords alone (full rule and semantic weight)
             score = weights["rule"] + weights["semantic"] + weights["confidence"] * info.confidence_weight \
                 + weights["health"] * health
             score /= sum(weights.values())
-            resolution.candidates = [Candidate(info, score, {"rule": 1.0, "semantic": 1.0, "confidence":
-                                                             info.confidence_weight, "health": health},
-                                               [f"{hits[info.id]} keyword hits, no other capability hit"]
-                                               + reasons)]
+            resolution.candidates = [Candidate(info, score, {"rule": 1.0, "keyword_hits": float(len(hits[info.id])),
+                                                             "confidence": info.confidence_weight, "health": health},
+                                               [f"keywords {', '.join(hits[info.id])}; no other capability matched a "
+                                                "keyword (rule-only fast path, no embedding computed)"] + reasons)]
             resolution.fast_path = True
             resolution.decision = decide(score)
             resolution.timings_ms["total"] = (time.perf_counter() - t0) * 1000
@@ -254,37 +243,45 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     if not ids:
         resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000}
         return resolution
+    calibration = snap.calibration
     # The ranking signal: the head's logits when fitted and covering every candidate, else the cosines.
     ranking = sims
-    if snap.head is not None and snap.calibration.mode == "head" and all(v in snap.head_rows for v in ids):
+    if snap.head is not None and calibration.mode == "head" and all(v in snap.head_rows for v in ids):
         rows = [snap.head_rows[v] for v in ids]
         ranking = (snap.head.W[rows] @ query + snap.head.b[rows]).astype(np.float64)
+    signal = "head logit" if ranking is not sims else "cosine"
+    fam = families(top_vectors)
     margins = family_margins(ranking, top_vectors)
-    calibrated = snap.calibration.band_score(sims, margins)
+    # the best few by the ranking signal are scored in full (their example and negative-case vectors are read)
+    order = [i for i in np.argsort(-ranking, kind="stable") if ids[i] in pool][:top_k + 2]
+    closest = negative_and_example_similarity([ids[i] for i in order], query, embedder)
+    best_example = np.array([closest.get(ids[i], (float(sims[i]), -1.0))[0] if i in order else float(sims[i])
+                             for i in range(len(ids))])
+    bucket = str(language_buckets(query[None, :])[0])
+    keyword_evidence = np.array([min(1.0, len(hits.get(vid, ())) / 2.0) for vid in ids])
+    probability = calibration.probability(sims, margins, best_example, keyword_evidence)
+    calibrated = calibration.band_score(sims, margins, best_example, bucket, keyword_evidence)
     w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
-    # semantic component such that a healthy, fully trusted agent with no rule evidence scores exactly the
-    # calibrated value: bands keep their meaning whatever the weights
+    # semantic component such that a healthy, fully trusted agent scores exactly the calibrated value: the bands
+    # and their risk promise keep their meaning whatever the weights
     total_w = w_sem + w_rule + w_conf + w_health
     semantic = np.clip((calibrated * total_w - w_conf - w_health) / max(w_sem + w_rule, 1e-9), 0.0, 1.0)
 
-    in_pool = [i for i, vid in enumerate(ids) if vid in pool]
-    closest = negative_and_example_similarity([ids[i] for i in in_pool if snap.versions[ids[i]].negatives],
-                                              query, embedder)
-    pool_instances = [inst for i in in_pool for inst in snap.versions[ids[i]].instances]
+    pool_instances = [inst for i in order for inst in snap.versions[ids[i]].instances]
     open_set = breaker.open_instances([inst.id for inst in pool_instances])
     loads = dict(zip([inst.id for inst in pool_instances],
                      capacity.in_flight([f"instance:{inst.id}" for inst in pool_instances]), strict=True))
-    costs = [snap.versions[ids[i]].cost_per_call for i in in_pool]
+    costs = [snap.versions[ids[i]].cost_per_call for i in order]
     max_cost = max(costs) if costs else 0.0
     candidates = []
-    for i in in_pool:
+    for i in order:
         info = snap.versions[ids[i]]
-        if info.id in closest:
-            ex, neg = closest[info.id]
-            if neg > ex:
-                resolution.filtered.append({"capability": info.capability, "reason":
-                                            f"closer to a negative case ({neg:.3f}) than to any example ({ex:.3f})"})
-                continue
+        ex, neg = closest.get(info.id, (float(sims[i]), -1.0))
+        if neg - ex > calibration.neg_margin:
+            resolution.filtered.append({"capability": info.capability, "reason": (
+                f"closer to a negative case (cosine {neg:.2f}) than to any example ({ex:.2f}) by more than the "
+                f"learned margin {calibration.neg_margin:.2f}")})
+            continue
         problems = payload_problems(info, payload)
         if problems:
             resolution.filtered.append({"capability": info.capability, "reason": "; ".join(problems)})
@@ -293,24 +290,23 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         if health == 0.0:
             resolution.filtered.append({"capability": info.capability, "reason": reasons[0]})
             continue
-        # keyword/tag hits can only lift a candidate: without them the semantic score stands in for the rules
-        rule = max(float(semantic[i]), min(1.0, hits.get(info.id, 0) / 2.0))
+        grams = hits.get(info.id, [])
+        rule = float(keyword_evidence[i])  # keyword evidence, one of the calibrated probability's features
         load = min((loads[i.id] / max(1, i.max_concurrency) for i in info.instances), default=0.0)
         capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
         cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
-        score = (w_rule * rule + w_sem * float(semantic[i]) + w_conf * info.confidence_weight
-                 + w_health * health) / (w_rule + w_sem + w_conf + w_health)
+        score = ((w_rule + w_sem) * float(semantic[i]) + w_conf * info.confidence_weight
+                 + w_health * health) / total_w
         score -= capacity_penalty + cost_penalty
-        signal = "head logit" if ranking is not sims else "cosine"
-        reasons = [f"cosine {sims[i]:.3f} to the examples' centroid, {signal} margin {margins[i]:+.3f} over the "
-                   "runner-up"] \
-            + ([f"{hits[info.id]} keyword hit(s)"] if hits.get(info.id) else []) + reasons
-        if capacity_penalty:
-            reasons.append(f"near capacity ({load:.0%} of max_concurrency)")
         candidates.append(Candidate(info, float(max(0.0, min(1.0, score))), {
-            "rule": rule, "semantic": float(semantic[i]), "cosine": float(sims[i]), "margin": float(margins[i]),
-            "calibrated": float(calibrated[i]), "confidence": info.confidence_weight, "health": health,
-            "capacity_penalty": capacity_penalty, "cost_penalty": cost_penalty}, reasons))
+            "rule": rule, "keyword_hits": float(len(grams)), "semantic": float(semantic[i]),
+            "cosine": float(sims[i]), "best_example": float(ex), "margin": float(margins[i]),
+            "probability": float(probability[i]), "calibrated": float(calibrated[i]),
+            "confidence": info.confidence_weight, "health": health, "capacity_penalty": capacity_penalty,
+            "cost_penalty": cost_penalty},
+            _reasons(snap, ids, i, sims, ex, margins, ranking, fam, signal, grams, float(probability[i]),
+                     calibration, bucket) + reasons
+            + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
     candidates.sort(key=lambda c: c.score, reverse=True)
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions
     seen: dict[str, Candidate] = {}
@@ -328,6 +324,27 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000, "score": (t3 - t2) * 1000,
                              "total": (t3 - t0) * 1000}
     return resolution
+
+
+def _reasons(snap: snapshot.Snapshot, ids: list[int], i: int, sims: np.ndarray, best_example: float,
+             margins: np.ndarray, ranking: np.ndarray, fam: np.ndarray, signal: str, grams: list[str],
+             probability: float, calibration, bucket: str) -> list[str]:
+    """Sentences a reviewer can check against the breakdown."""
+    others = [j for j in np.argsort(-ranking) if not fam[i, j]]
+    runner_up = f" over {snap.versions[ids[others[0]]].capability}" if others else " (no other capability)"
+    out = [f"cosine {sims[i]:.2f} to the examples' centroid, {best_example:.2f} to the closest example; "
+           f"{signal} margin {margins[i]:+.2f}{runner_up}"]
+    if grams:
+        out.append(f"keywords {', '.join(grams)}")
+    p_execute = (calibration.cuts.get(bucket) or calibration.cuts["latin"])[1]
+    out.append(f"risk that this is not the right capability ≈ {max(0.0, 1 - probability):.0%} "
+               f"(fitted on the registry's cross-validated cases)")
+    if np.isfinite(p_execute):
+        out.append(f"EXECUTE needs ≥ {p_execute:.0%}: set for ≤ {calibration.max_wrong:.0%} wrong and "
+                   f"≤ {calibration.max_oos:.0%} out-of-scope executions")
+    else:
+        out.append("EXECUTE is off: the registry is too small to certify the stated risks")
+    return out
 
 
 def _resolve_capability(snap: snapshot.Snapshot, capability: str, payload: dict | None,

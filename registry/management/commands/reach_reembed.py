@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from registry.choices import VersionState
 from registry.embedding import get_embedder
-from registry.embedding_service import capability_version_embed
+from registry.embedding_service import capability_versions_embed
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.signals import capability_vectors_changed
 
@@ -32,9 +32,10 @@ class Command(BaseCommand):
         if missing and not versions:
             self.stdout.write("Every ACTIVE version has its vectors.")
             return
-        for version in tqdm(versions, desc=f"Embedding with {emb.name}", unit="version",
-                            disable=options["verbosity"] == 0):
-            capability_version_embed(version=version, embedder=emb)
+        step = 500  # versions per encoder call and transaction
+        for start in tqdm(range(0, len(versions), step), desc=f"Embedding with {emb.name}", unit=f"{step} versions",
+                          disable=options["verbosity"] == 0):
+            capability_versions_embed(versions=versions[start:start + step], embedder=emb, chunk=step)
         if not keep_others:
             CapabilityVector.objects.exclude(embedder=emb.name).delete()
         capability_vectors_changed.send(sender=CapabilityVersion, version_ids=[v.pk for v in versions])

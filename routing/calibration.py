@@ -193,7 +193,7 @@ def _components(fam: np.ndarray) -> np.ndarray:
             i = stack.pop()
             for j in np.flatnonzero(fam[i] & (comp < 0)):
                 comp[j] = start
-                stack.append(j)
+                stack.append(int(j))
     return comp
 
 
@@ -282,7 +282,7 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
     feats, right, oos, buckets, filtered = [], [], [], [], []
     # In-scope rounds keep every capability (a round without some of them would make the held-back examples too
     # easy: fewer competitors); out-of-scope rounds leave a group of capabilities out and train on all the rest.
-    splits = [(np.zeros(k, bool), r) for r in range(ROUNDS)]
+    splits: list[tuple[np.ndarray, int | None]] = [(np.zeros(k, bool), r) for r in range(ROUNDS)]
     for scheme in ("cluster", "random"):
         group = capability_groups(centroids, fam, scheme, seed)
         splits += [(group == r, None) for r in range(ROUNDS)]

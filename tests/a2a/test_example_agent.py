@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 from a2a.client import ClientConfig, create_client
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
+
+from tests.helpers import run_async
 
 
 async def _send(url: str, message: Message) -> list:
@@ -36,7 +36,7 @@ def test_card_lists_the_descriptor_capabilities_as_skills(fresh_a2a_agent):
 
 
 def test_send_message_completes_with_the_answer_as_a_data_artifact(fresh_a2a_agent):
-    events = asyncio.run(_send(fresh_a2a_agent.url, _message("req-1", "where is my order", {"order_id": "12"})))
+    events = run_async(_send(fresh_a2a_agent.url, _message("req-1", "where is my order", {"order_id": "12"})))
     task = events[-1].task
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     answer = json_format.MessageToDict(task.artifacts[0].parts[0].data)
@@ -45,13 +45,13 @@ def test_send_message_completes_with_the_answer_as_a_data_artifact(fresh_a2a_age
 
 
 def test_tck_prefixes_message_response_and_multi_turn(fresh_a2a_agent):
-    events = asyncio.run(_send(fresh_a2a_agent.url, _message("tck-message-response-1", "hi")))
+    events = run_async(_send(fresh_a2a_agent.url, _message("tck-message-response-1", "hi")))
     assert events[-1].message.parts[0].text == "Direct message response"
 
-    first = asyncio.run(_send(fresh_a2a_agent.url, _message("tck-input-required-1", "where is it"))).pop().task
+    first = run_async(_send(fresh_a2a_agent.url, _message("tck-input-required-1", "where is it"))).pop().task
     assert first.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     # the caller answers on the same task: the agent completes it
-    second = asyncio.run(_send(fresh_a2a_agent.url, _message("tck-input-required-2", "order 12", {"order_id": "12"},
+    second = run_async(_send(fresh_a2a_agent.url, _message("tck-input-required-2", "order 12", {"order_id": "12"},
                                                              task_id=first.id, context_id=first.context_id)))
     task = second[-1].task
     assert task.id == first.id and task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 from mcp.client.session import ClientSession
@@ -14,6 +12,7 @@ from rest_framework.authtoken.models import Token
 from registry.choices import VersionState
 from registry.models import CapabilityVersion
 from routing.models import Task
+from tests.helpers import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +29,7 @@ def test_tools_list_is_the_active_capabilities_and_route(user, running_agents, g
     running_agents(["order-agent"])
     (node,) = gateway_nodes(1)
     token = Token.objects.create(user=user).key
-    result = asyncio.run(_session(node.url, token, lambda s: s.list_tools()))
+    result = run_async(_session(node.url, token, lambda s: s.list_tools()))
     tools = {tool.name: tool for tool in result.tools}
     active = set(CapabilityVersion.objects.filter(state=VersionState.ACTIVE).values_list("capability__name",
                                                                                            flat=True))
@@ -52,7 +51,7 @@ def test_tools_call_is_a_sync_invoke_with_structured_content(user, running_agent
                 await session.call_tool("route", {"task": "where is my order 12345", "payload": {"order_id": "7"}}),
                 await session.call_tool("no.such.capability", {}))
 
-    direct, routed, unknown = asyncio.run(_session(node.url, token, calls))
+    direct, routed, unknown = run_async(_session(node.url, token, calls))
     assert not direct.is_error
     assert direct.structured_content["answer"] == 'order-agent handled order.query: {"order_id": "12"}'
     assert not routed.is_error and routed.structured_content["agent"] == "order-agent"
@@ -63,7 +62,7 @@ def test_tools_call_is_a_sync_invoke_with_structured_content(user, running_agent
     assert sum(agents.stats("order-agent")["executions"].values()) == 2
 
     agents.set_faults("order-agent", fail_rate=1.0, fail_status=400)
-    failed = asyncio.run(_session(node.url, token, lambda s: s.call_tool("order.query", {"order_id": "1"})))
+    failed = run_async(_session(node.url, token, lambda s: s.call_tool("order.query", {"order_id": "1"})))
     assert failed.is_error and "failed" in failed.content[0].text
 
 

@@ -169,6 +169,12 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
             break
     Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent"), instance_id=instance_id,
                             url=f"{url}/invoke", max_concurrency=5000, max_qps=100000)
+    latency = (faults or {}).get("latency_ms", 0)
+    if latency:  # the agent's declared runtime profile says how long it takes: the timeout is 1.5 x its p95
+        from registry.models import CapabilityVersion
+
+        CapabilityVersion.objects.filter(capability__agent__endpoint_id="order-agent").update(
+            p95_latency_ms=max(latency * 1.25, 300))
     snapshot.bump_generation()
     return proc, url
 

@@ -31,10 +31,12 @@ def setup_django(db_name: str, embedder: str | None = None) -> None:
     if embedder:
         os.environ["REACH_EMBEDDER"] = embedder
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
-    if not os.environ.get("REDIS_URL"):  # a Redis database of their own, emptied: breakers, quotas and in-flight
-        from reach_platform.local_services import default_redis_url  # counts are keyed by row ids, which a fresh
+    # A Redis database of their own, emptied: breakers, quotas and in-flight counts are keyed by row ids, which a
+    # fresh benchmark database numbers afresh.
+    if not os.environ.get("REDIS_URL"):
+        from reach_platform.local_services import default_redis_url
 
-        os.environ["REDIS_URL"] = default_redis_url().rsplit("/", 1)[0] + "/12"  # database numbers afresh
+        os.environ["REDIS_URL"] = default_redis_url().rsplit("/", 1)[0] + "/12"
     import psycopg
     import redis
     from django.conf import settings

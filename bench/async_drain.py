@@ -16,13 +16,12 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import httpx
-from _common import serve_gateway, setup_django, start_order_agent
+from _common import serve_gateway, setup_django, start_order_agent, start_worker
 from _load import run_load
 
 BASE = Path(__file__).resolve().parent.parent
@@ -72,26 +71,15 @@ def main() -> None:
     args = parser.parse_args()
 
     setup_django("reach_bench_drain")
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
-
-    from reach_platform.serving import worker_command
 
     agents, agent_url = start_order_agent(port_offset=20400, faults={"latency_ms": args.latency_ms})
     token = Token.objects.create(user=get_user_model().objects.create_user("bench-caller")).key
     env = dict(REACH_CALLER_MAX_QPS="100000", REACH_CALLER_MAX_CONCURRENCY="100000", REACH_WARM_UP="0",
                REACH_CALLBACK_ALLOWED_NETWORKS="127.0.0.0/8")
     web, gateway = serve_gateway("reach_bench_drain", args.port, **env)
-    worker_env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME="reach_bench_drain",
-                      REDIS_URL=settings.REDIS_URL, DEBUG="false", LOG_LEVEL="WARNING", **env)
-    worker = subprocess.Popen(worker_command(concurrency=args.worker_concurrency), cwd=BASE, env=worker_env,
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from reach_platform.celery import app
-
-    for _ in range(600):  # the worker is up and consuming
-        if app.control.ping(timeout=0.5):
-            break
+    worker = start_worker("reach_bench_drain", concurrency=args.worker_concurrency, **env)
     receiver = Receiver()
 
     async def scenario():

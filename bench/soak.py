@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +28,7 @@ from _common import (
     serve_gateway,
     setup_django,
     start_order_agent,
+    start_worker,
 )
 
 BASE = Path(__file__).resolve().parent.parent
@@ -71,12 +71,8 @@ def main() -> None:
     args = parser.parse_args()
 
     setup_django("reach_bench_soak")
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
-
-    from reach_platform.celery import app
-    from reach_platform.serving import worker_command
 
     register_descriptor_folder(BASE / "examples/descriptors")
     agents, _ = start_order_agent(port_offset=20500, faults={"latency_ms": args.latency_ms})
@@ -84,13 +80,7 @@ def main() -> None:
     env = dict(REACH_CALLER_MAX_QPS="100000", REACH_CALLER_MAX_CONCURRENCY="100000",
                REACH_CALLBACK_ALLOWED_NETWORKS="127.0.0.0/8")
     web, gateway = serve_gateway("reach_bench_soak", args.port, **env)
-    worker = subprocess.Popen(worker_command(), cwd=BASE, start_new_session=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
-                              env=dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME="reach_bench_soak",
-                                       REDIS_URL=settings.REDIS_URL, DEBUG="false", LOG_LEVEL="WARNING", **env))
-    for _ in range(600):
-        if app.control.ping(timeout=0.5):
-            break
+    worker = start_worker("reach_bench_soak", **env)
     seconds = args.minutes * 60
     warm_up = max(30.0, seconds / 10)
     groups = {"web": web.pid, "worker": worker.pid}

@@ -63,9 +63,9 @@ class TaskAdmin(admin.ModelAdmin):
     list_display = ["request_id", "status", "fallback", "agent_endpoint", "capability_label", "decision_kind",
                     "score", "attempts_count", "created_at"]
     list_filter = ["status", "fallback", "mode"]
-    search_fields = ["request_id", "trace_id", "agent_endpoint", "capability_label", "task_text"]
+    search_fields = ["request_id", "key", "trace_id", "agent_endpoint", "capability_label", "task_text"]
     date_hierarchy = "created_at"
-    readonly_fields = ["request_id", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
+    readonly_fields = ["request_id", "key", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
                        "payload", "why", "cost", "agent_endpoint", "capability_label", "result", "error", "attempts_count",
                        "retry_budget", "depth", "call_path", "trace_id", "parent_request_id", "callback_url",
                        "created_at", "updated_at"]
@@ -84,7 +84,7 @@ class TaskAdmin(admin.ModelAdmin):
     def cost(self, obj):
         from ledger.models import CostEntry
 
-        entries = list(CostEntry.objects.filter(request_id=obj.request_id).order_by("attempt_number"))
+        entries = list(CostEntry.objects.filter(request_id=obj.key).order_by("attempt_number"))
         if not entries:
             return "—"
         rows = [(e.attempt_number, e.agent_endpoint, e.input_tokens, e.output_tokens,

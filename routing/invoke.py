@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -96,23 +98,52 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
 
 
 def claim(fields: dict) -> tuple[Task, bool]:
-    """Insert the task: the unique request_id makes this the claim that lets exactly one of concurrent
-    duplicates run. Returns (task, created); a duplicate gets the existing task. An async task is queued for a
-    worker in the same transaction (sent when it commits); a sync task's PENDING event is written with the
-    rest of its timeline when its run ends (one transaction fewer)."""
+    """Insert the task: the request_id unique per caller makes this the claim that lets exactly one of
+    concurrent duplicates run. Returns (task, created); a duplicate gets the existing task. The task's ``key``
+    is its request_id unless another caller's task holds that already (then a suffixed one: the ids of one
+    caller never block another's). An async task is queued for a worker in the same transaction (sent when it
+    commits); a sync task's PENDING event is written with the rest of its timeline when its run ends (one
+    transaction fewer)."""
     if fields["callback_url"]:
         check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
-    try:
-        with transaction.atomic():
-            row = Task.objects.create(**fields)
-            if row.mode == "async":
-                TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
-                from routing.tasks import execute_task
+    caller_pk = getattr(fields["caller"], "pk", 0)
+    keys = [fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
+            f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"]
+    fields = dict(fields)
+    for key in keys:
+        fields["key"] = key
+        try:
+            with transaction.atomic():
+                row = Task.objects.create(**fields)
+                if row.mode == "async":
+                    TaskEvent.objects.create(task=row, at=row.created_at, from_status="",
+                                             to_status=TaskStatus.PENDING)
+                    from routing.tasks import execute_task
 
-                transaction.on_commit(lambda: execute_task.delay(row.pk))
-        return row, True
-    except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
-        return Task.objects.get(request_id=fields["request_id"]), False
+                    transaction.on_commit(partial(execute_task.delay, row.pk))
+            return row, True
+        except IntegrityError as exc:
+            mine = _own_task(fields)
+            if mine is not None:  # a concurrent duplicate won the insert: answer from its outcome
+                return mine, False
+            if not _constraint(exc).startswith(KEY_CONSTRAINT):
+                raise
+    raise Conflict("Could not give this request a unique key; send it again.", code="request_id_conflict")
+
+
+KEY_CONSTRAINT = "routing_task_key_"  # the unique index of Task.key, whichever suffix Django gave it
+
+
+def _constraint(exc: IntegrityError) -> str:
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", "") or ""
+
+
+def _own_task(fields: dict) -> Task | None:
+    """The task this caller already holds under this request_id."""
+    if fields["caller"] is None:
+        return Task.objects.filter(caller__isnull=True, request_id=fields["request_id"]).first()
+    return Task.objects.filter(caller=fields["caller"], request_id=fields["request_id"]).first()
 
 
 async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=None, **options) -> Task:
@@ -154,7 +185,7 @@ async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str, a
     """A request_id seen before: never execute twice. A refused sync request (nothing ran) runs again, as a
     retry after a 429 must; a confirmation runs the chosen candidate; otherwise the repeat waits on the event
     loop for the outcome (bounded) and answers with it. Repeats count against the caller's quotas."""
-    if row.caller_id and caller is not None and row.caller_id != caller.pk:
+    if row.caller_id and caller is not None and row.caller_id != caller.pk:  # only a caller-less task's key
         raise Conflict("This request_id belongs to another caller.", code="request_id_conflict")
     await _admit_caller(row.caller_id)
     try:
@@ -320,7 +351,7 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     options = row.options or {}
     with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
             "reach.resolve", context=tracing.parent_context(traceparent),
-            attributes={"reach.request_id": row.request_id}):
+            attributes={"reach.request_id": row.key}):
         resolution = resolver.resolve(task=row.task_text or None, capability=row.capability_requested or None,
                                       payload=row.payload, action=options.get("action"),
                                       domains=options.get("domains"), top_k=row.top_k,
@@ -359,7 +390,7 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
         if not timeline.commit(fields=["options", "decision", "text_hash"]):
             return Plan(row, timeline, [])  # settled meanwhile (reaped, cancelled): nothing to call
     session = _open_session(row, candidates[0].agent) if row.user_key else None
-    ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
+    ctx = gateway.CallContext(request_id=row.key, trace_id=row.trace_id, depth=row.depth,
                               call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
                               traceparent=traceparent, sticky_instance_id=session.instance_id if session else None,
                               task_text=row.task_text,
@@ -444,11 +475,11 @@ def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: boo
                 from ledger.services import cost_entries_record
 
                 cost_entries_record(entries=costs)
-        logger.warning("late outcome discarded", extra={"request_id": row.request_id, "status": row.status,
+        logger.warning("late outcome discarded", extra={"request_id": row.key, "status": row.status,
                                                         "discarded": outcome})
         return row
     INVOKES.labels(outcome=row.status, agent=row.agent_endpoint or "-").inc()
-    logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
+    logger.info("invoke finished", extra={"request_id": row.key, "trace_id": row.trace_id,
                                           "status": row.status, "decision": row.decision.get("decision"),
                                           "agent": (row.decision.get("candidates") or [{}])[0].get("agent")})
     return row
@@ -467,7 +498,7 @@ def _cost_entries(row: Task, attempts: list) -> list:
         price = Price(agent=info.agent, team=info.team, model_name=info.model_name,
                       price_in=Decimal(str(info.price_in)), price_out=Decimal(str(info.price_out)),
                       cost_per_call=Decimal(str(info.cost_per_call)), avg_tokens=info.avg_tokens)
-        entries.append(cost_entry_for(price=price, request_id=row.request_id, caller_id=row.caller_id,
+        entries.append(cost_entry_for(price=price, request_id=row.key, caller_id=row.caller_id,
                                       version_id=a.version_id, instance_id=a.instance_id, outcome=a.outcome,
                                       usage=a.usage, latency_ms=a.latency_ms, number=a.number, is_retry=a.is_retry,
                                       is_fallback=a.is_fallback, at=a.started_at))

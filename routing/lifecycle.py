@@ -26,8 +26,9 @@ _REPORTABLE = {TaskStatus.RUNNING: [TaskStatus.ACCEPTED],
 
 def task_callback(*, entry, request_id: str, status: str, result=None, error: str = "") -> Task:
     """An http-async agent reports progress. Only the instance the task was sent to may report: the same
-    endpoint id *and* environment (a staging key of the same endpoint id may not complete a dev task)."""
-    row = Task.objects.filter(request_id=request_id).first()
+    endpoint id *and* environment (a staging key of the same endpoint id may not complete a dev task). The
+    agent names the task by the id it was sent (the task's ``key``)."""
+    row = Task.objects.filter(key=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
     sent_to = row.instance_id is not None and Instance.objects.filter(
@@ -65,8 +66,8 @@ async def _poll_one(row: Task, gate: asyncio.Semaphore) -> bool:
     async with gate:
         try:  # the status URL is resolved, checked and connected to as one (the agents' address guard)
             response = await netguard.arequest("GET", row.instance.status_url, allowed_networks=agent_networks(),
-                                               client=engine.http(), params={"request_id": row.request_id},
-                                               headers={"X-Reach-Request-Id": row.request_id}, what="status_url",
+                                               client=engine.http(), params={"request_id": row.key},
+                                               headers={"X-Reach-Request-Id": row.key}, what="status_url",
                                                timeout=float(settings.REACH["POLL_TIMEOUT_S"]))
             report = jsonsafe.parse_json(response.content) if response.status_code == 200 else {}
         except (httpx.HTTPError, ApplicationError):

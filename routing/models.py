@@ -10,9 +10,13 @@ from routing.choices import AttemptOutcome, Mode, ReviewReason, TaskStatus
 
 
 class Task(models.Model):
-    """One caller request, keyed by its idempotency key ``request_id``; holds the decision and the outcome."""
+    """One caller request, keyed by its idempotency key ``request_id``, which is the caller's own: unique per
+    caller, so one caller cannot take another's ids. ``key`` is the task's id everywhere else (agents, their
+    callbacks and status URLs, the review queue, the ledger): the request_id itself when no other caller's task
+    holds it, else the request_id with a suffix. Holds the decision and the outcome."""
 
-    request_id = models.CharField(max_length=100, unique=True)
+    request_id = models.CharField(max_length=100)
+    key = models.CharField(max_length=100, unique=True)
     caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     status = models.CharField(max_length=24, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True)
     fallback = models.BooleanField(default=False, help_text="A later candidate answered.")
@@ -49,9 +53,15 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["caller", "request_id"], name="task_request_id_per_caller")]
 
     def __str__(self) -> str:
-        return self.request_id
+        return self.key
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.key:  # the claim (routing.invoke.claim) sets it; elsewhere a task is keyed by its request_id
+            self.key = self.request_id
+        super().save(*args, **kwargs)
 
 
 class TaskEvent(models.Model):

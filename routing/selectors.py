@@ -12,7 +12,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncHour
 
 from ledger.selectors import Percentile
-from reach_platform.errors import NotFound, PermissionDenied
+from reach_platform.errors import NotFound
 from registry.permissions import can_read_any_task
 from routing.choices import AttemptOutcome, TaskStatus
 from routing.models import Attempt, CallbackDelivery, Task
@@ -81,9 +81,11 @@ def outbox_counts(*, endpoints: list[str] | None = None) -> dict[str, int]:
 
 
 def task_for_caller(*, request_id: str, caller: Any) -> Task:
-    row = Task.objects.filter(request_id=request_id).first()
+    """A caller's task by the caller's own request_id; those who may read any task also find any by its key.
+    Another caller's request_id is not found (request_ids are per caller: nothing tells that it exists)."""
+    row = Task.objects.filter(caller=caller, request_id=request_id).first() if caller is not None else None
+    if row is None and can_read_any_task(caller):
+        row = Task.objects.filter(key=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
-    if row.caller_id and caller is not None and row.caller_id != caller.pk and not can_read_any_task(caller):
-        raise PermissionDenied("This task belongs to another caller.")
     return row

@@ -17,6 +17,15 @@ BASE = Path(__file__).resolve().parent.parent
 DESCRIPTORS = BASE / "examples" / "descriptors"
 
 
+def as_user(user):
+    """A DRF test client authenticated as ``user``."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

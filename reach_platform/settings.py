@@ -267,6 +267,9 @@ REACH: dict[str, Any] = {
     # its outcome; polling of http-async agents' status URLs.
     "DB_THREADS": int(env_float("REACH_DB_THREADS", 16)),
     "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
+    # outbound pools per process (reach_platform.engine._Shards): each scans only its own connections, so 16
+    # divide that cost by 16 while every shard still keeps its own keep-alive connections to a busy agent
+    "HTTP_POOL_SHARDS": int(env_float("REACH_HTTP_POOL_SHARDS", 16)),
     "REDIS_CONNECTIONS": int(env_float("REACH_REDIS_CONNECTIONS", 64)),
     "DUPLICATE_WAIT_S": env_float("REACH_DUPLICATE_WAIT_S", 60),
     "POLL_CONCURRENCY": int(env_float("REACH_POLL_CONCURRENCY", 32)),

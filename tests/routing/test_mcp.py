@@ -185,3 +185,47 @@ def test_a_session_belongs_to_the_caller_that_opened_it(user, django_user_model,
     assert stolen.status_code == 404
     own = httpx.post(f"{node.url}/mcp", json=body, timeout=10, headers={**headers, "Authorization": f"Bearer {mine}"})
     assert own.status_code == 200 and "order.query" in own.text
+
+
+def test_bad_input_is_a_4xx_or_a_json_rpc_error(user, running_agents, gateway_nodes):
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    url = f"{node.url}/mcp"
+    auth = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    session = httpx.post(url, json=init, headers=auth, timeout=10).headers["mcp-session-id"]
+    in_session = {**auth, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    httpx.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=in_session, timeout=10)
+
+    def rpc(body, headers=in_session, **kw):
+        return httpx.post(url, headers=headers, timeout=10, **({"content": body} if isinstance(body, bytes)
+                                                                else {"json": body}), **kw)
+
+    answers = {
+        "not json": rpc(b"{not json", headers={**in_session, "Content-Type": "application/json"}),
+        "not json-rpc": rpc({"hello": "world"}),
+        "wrong content type": rpc(b"x", headers={**in_session, "Content-Type": "text/plain"}),
+        "no session": rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=auth),
+        "unknown session": rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                               headers={**in_session, "mcp-session-id": "nope"}),
+        "unknown method": rpc({"jsonrpc": "2.0", "id": 3, "method": "no/such/method"}),
+        "arguments not an object": rpc({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                        "params": {"name": "order.query", "arguments": [1, 2]}}),
+        "no tool name": rpc({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {}}),
+        "payload breaks the input schema": rpc({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                                                "params": {"name": "order.query", "arguments": {"order_id": 12}}}),
+        "route without a task": rpc({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                     "params": {"name": "route", "arguments": {"payload": []}}}),
+        "GET without a session": httpx.get(url, headers={**auth, "Accept": "text/event-stream"}, timeout=10),
+        "DELETE of an unknown session": httpx.delete(url, headers={**in_session, "mcp-session-id": "nope"},
+                                                     timeout=10),
+        "unknown revision": rpc({"jsonrpc": "2.0", "id": 8, "method": "tools/list"},
+                                headers={**auth, "mcp-protocol-version": "1999-01-01"}),
+    }
+    for what, response in answers.items():
+        assert response.status_code < 500, (what, response.status_code, response.text)
+        if response.status_code == 200:  # a JSON-RPC answer: an error, or a tool result with isError
+            body = response.json()
+            assert "error" in body or body["result"].get("isError") is True, (what, body)

@@ -7,8 +7,11 @@ gateway node as the public URL; the node receives the pushes."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 import pytest
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from reach_platform import engine
@@ -18,6 +21,7 @@ from registry.services import capability_version_activate
 from routing import a2a_transport, snapshot
 from routing.invoke import run_queued, task_fields, task_invoke
 from routing.models import Attempt, Task, TaskEvent
+from routing.reaper import tasks_reap
 from tests.factories import InstanceFactory
 from tests.helpers import A2AAgentProcess, wait_until
 
@@ -151,12 +155,6 @@ def test_a_caller_token_is_not_a_push_token(user, pushing):
 
 
 def test_a_pushed_task_past_its_deadline_is_reaped_and_cancelled_on_the_agent(user, pushing):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from routing.reaper import tasks_reap
-
     pushing.set_faults(latency_ms=20000)
     row = _async_task(user, "r-push-reap")
     engine.run(run_queued(row.pk))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 import httpx
 from django.conf import settings
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from reach_platform import engine, jsonsafe, netguard
 from reach_platform.errors import ApplicationError, InvalidInput, NotFound, PermissionDenied
+from registry.choices import Transport
 from registry.models import Instance
 from registry.services import agent_networks
 from routing import a2a_transport
@@ -87,10 +90,12 @@ async def poll(*, limit: int = 500) -> int:
     """Poll the status URLs of http-async agents that declare one, for the tasks they ACKed and have not
     finished: concurrently, at most POLL_CONCURRENCY at a time, each within POLL_TIMEOUT_S. The agent answers
     ``{"status": "running" | "succeeded" | "failed", "result"?, "error"?}``; a task still ``accepted`` there is
-    left alone. Returns how many reports changed a task."""
+    left alone. A2A tasks followed by push that have not moved for A2A_QUIET_S are read with ``GetTask`` (at most
+    once per A2A_QUIET_S each): pushes are best effort. Returns how many reports changed a task."""
     rows = await engine.db(_waiting, limit)
+    quiet = await engine.db(_a2a_quiet, limit)
     gate = asyncio.Semaphore(int(settings.REACH["POLL_CONCURRENCY"]))
-    results = await asyncio.gather(*(_poll_one(row, gate) for row in rows))
+    results = await asyncio.gather(*(_poll_one(row, gate) for row in rows), *(_read_a2a(row, gate) for row in quiet))
     return sum(results)
 
 
@@ -182,6 +187,33 @@ def task_a2a_push(*, task_pk: int, instance_pk: int, token: str, event) -> Task:
         # a status update carries no artifacts: read the whole task from the registered instance
         a2a_task = a2a_transport.get_task_sync(instance.url, task_id) or a2a_task
     return task_a2a_report(task=row, a2a_task=a2a_task, source=f"push:{instance.agent.endpoint_id}")
+
+
+# An A2A task followed by push that has not moved for this long is read once with GetTask (a lost push costs
+# this much latency, never the outcome); then again at most this often.
+A2A_QUIET_S = 60.0
+
+
+def _a2a_quiet(limit: int) -> list[Task]:
+    cutoff = timezone.now() - timedelta(seconds=A2A_QUIET_S)
+    return list(Task.objects.filter(status__in=_A2A_WAITING, instance__transport=Transport.A2A,
+                                    options__a2a__push=True, updated_at__lt=cutoff)
+                .select_related("instance").order_by("updated_at")[:limit])
+
+
+async def _read_a2a(row: Task, gate: asyncio.Semaphore) -> bool:
+    task_id = ((row.options or {}).get("a2a") or {}).get("task_id")
+    if row.instance is None or not task_id:
+        return False
+    if not await engine.redis().set(f"reach:a2a-read:{row.pk}", "1", nx=True, ex=int(A2A_QUIET_S)):
+        return False  # read less than A2A_QUIET_S ago
+    async with gate:
+        a2a_task = await a2a_transport.get_task(row.instance.url, task_id)
+    if a2a_task is None:
+        return False
+    before = row.status
+    after = await engine.db(task_a2a_report, task=row, a2a_task=a2a_task, source=f"read:{row.agent_endpoint}")
+    return after.status != before
 
 
 async def a2a_follow_up(row: Task) -> Task:

@@ -18,12 +18,13 @@ from reach_platform import engine
 from registry.a2a_cards import agent_card_import
 from registry.models import CapabilityVersion
 from registry.services import capability_version_activate
-from routing import a2a_transport, snapshot
+from routing import a2a_transport, lifecycle, snapshot
 from routing.invoke import run_queued, task_fields, task_invoke
+from routing.lifecycle import tasks_poll
 from routing.models import Attempt, Task, TaskEvent
 from routing.reaper import tasks_reap
 from tests.factories import InstanceFactory
-from tests.helpers import A2AAgentProcess, wait_until
+from tests.helpers import A2AAgentProcess, free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ANSWER = 'order-agent handled order.query: {"order_id": "12"}'
@@ -164,3 +165,20 @@ def test_a_pushed_task_past_its_deadline_is_reaped_and_cancelled_on_the_agent(us
     assert row.status == "failed" and row.error["code"] == "deadline_exceeded"
     remote = a2a_transport.get_task_sync(pushing.url, row.options["a2a"]["task_id"])
     assert remote["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+def test_a_lost_push_is_made_up_by_a_read_once_the_task_is_quiet(user, push_agent, settings):
+    _register(push_agent, settings, f"http://127.0.0.1:{free_port()}")  # nobody listens there: every push is lost
+    push_agent.set_faults(latency_ms=300)
+    row = _async_task(user, "r-push-lost")
+    engine.run(run_queued(row.pk))
+    row.refresh_from_db()
+    task_id = row.options["a2a"]["task_id"]
+    wait_until(lambda: (a2a_transport.get_task_sync(push_agent.url, task_id) or {}).get("status", {}).get("state")
+               == "TASK_STATE_COMPLETED", timeout=20, message="the agent to finish")
+    assert tasks_poll() == 0  # not quiet for long enough yet
+    Task.objects.filter(pk=row.pk).update(updated_at=timezone.now() - timedelta(seconds=lifecycle.A2A_QUIET_S + 1))
+    assert tasks_poll() == 1
+    row.refresh_from_db()
+    assert row.status == "succeeded" and row.result["answer"] == ANSWER
+    assert TaskEvent.objects.get(task=row, to_status="succeeded").detail["reported_by"] == "read:order-service-agent"

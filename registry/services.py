@@ -17,7 +17,7 @@ from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDe
 from registry.audit import audit, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
 from registry.descriptors import schema_problems
-from registry.generation import bump_generation
+from registry.generation import announce_versions_changed, bump_generation
 from registry.models import (
     Agent,
     AllowlistEntry,
@@ -319,6 +319,7 @@ def capability_version_activate(*, version: CapabilityVersion, actor=None, actor
     audit(action="version.activated", target=version, actor=actor, actor_label=actor_label, before=before,
           after={"state": VersionState.ACTIVE, "canary": version.is_canary})
     transaction.on_commit(lambda: embed_capability_version.delay(version.pk))
+    announce_versions_changed()
     return version
 
 

@@ -39,7 +39,7 @@ from reach_platform.errors import (
     TooManyRequests,
 )
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
-from routing import admission, gateway, resolver, snapshot, waiting
+from routing import admission, gateway, lifecycle, resolver, snapshot, waiting
 from routing.callbacks import check_callback_url
 from routing.choices import Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
@@ -332,7 +332,11 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         except BaseException:
             await asyncio.shield(engine.db(_crashed, timeline))
             raise
-        return await asyncio.shield(engine.db(_record, plan, execution))
+        row = await asyncio.shield(engine.db(_record, plan, execution))
+        if row.status == TaskStatus.ACCEPTED and ((row.options or {}).get("a2a") or {}).get("push"):
+            # what the agent pushed before ACCEPTED was written was not applied: read its task once now
+            await asyncio.shield(lifecycle.a2a_follow_up(row))
+        return row
     finally:
         if not quota_held:
             await asyncio.shield(admission.caller_release(row.caller_id))
@@ -398,7 +402,7 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     ctx = gateway.CallContext(request_id=row.key, trace_id=row.trace_id, depth=row.depth,
                               call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
                               traceparent=traceparent, sticky_instance_id=session.instance_id if session else None,
-                              task_text=row.task_text,
+                              task_text=row.task_text, task_pk=row.pk, mode=row.mode,
                               a2a_turn=options.get("a2a") if options.get("a2a", {}).get("answer") is not None
                               else None)
     if ctx.a2a_turn and row.instance_id:
@@ -428,6 +432,10 @@ def _record(plan: Plan, execution: gateway.Execution) -> Task:
         timeline.move(TaskStatus.INPUT_REQUIRED)
         return _commit_run(row, timeline, attempts=attempts)
     if execution.ok and execution.accepted:
+        if isinstance(execution.result, dict) and execution.result.get("push"):  # an A2A task followed by push
+            row.options = {**(row.options or {}), "a2a": {
+                **{k: execution.result.get(k) for k in ("task_id", "context_id", "push")},
+                "turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
         timeline.move(TaskStatus.ACCEPTED)
         return _commit_run(row, timeline, attempts=attempts)
     if execution.ok:

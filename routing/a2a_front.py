@@ -9,10 +9,10 @@ same for every caller); a message to it is routed by the semantic resolver acros
 
 ``POST /a2a/<endpoint_id>`` and ``POST /a2a/router`` (JSON-RPC, caller token as ``Authorization: Bearer``):
 
-- ``SendMessage``: an invoke through the one invoke path, the message id being the request_id (a repeated
-  message never runs twice) and the contextId the user_key. Blocking by default (the answer comes at a terminal
-  or interrupted state); ``configuration.returnImmediately`` makes it an async task of ours, answered at once as
-  submitted and run by a worker. A message with the ``taskId`` of a task that asks for input (an agent's
+- ``SendMessage``: an invoke through the one invoke path, the contextId being the user_key and the request_id
+  (the A2A task id) the message id or ``metadata.requestId`` (see ``_request_id``). Blocking by default (the
+  answer comes at a terminal or interrupted state); ``configuration.returnImmediately`` makes it an async task
+  of ours, answered at once as submitted and run by a worker. A message with the ``taskId`` of a task that asks for input (an agent's
   question, or the router's confirmation) answers it, as ``answer`` / ``confirm`` do on the REST API.
 - ``SendStreamingMessage`` (an async task) and ``SubscribeToTask``: server-sent events from the task's changes
   (``routing.a2a_stream``).
@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import parse_qs
 
 from reach_platform import engine
 from reach_platform.errors import ApplicationError, InvalidInput
 from registry.choices import VersionState
 from registry.models import Agent, CapabilityVersion
 from routing import a2a_push, a2a_stream, waiting
-from routing.a2a_shapes import STATE, a2a_task, context_of
-from routing.choices import SETTLED, TERMINAL, TaskStatus
+from routing.a2a_shapes import STATE, a2a_message, a2a_task, answered_by_message, context_of
+from routing.api.serializers import REQUEST_ID
+from routing.choices import IN_FLIGHT, SETTLED, TERMINAL, TaskStatus
 from routing.invoke import invoke
 from routing.models import Task
 from routing.reaper import _cancel_a2a_task
@@ -51,9 +54,10 @@ MAX_ID = 100  # our request_id column
 MAX_CONTEXT = 200  # our user_key column
 BLOCKING_WAIT_S = 900.0  # a blocking SendMessage whose agent answers later (accepted) waits this long at most
 INPUT_MODES = ["application/json", "text/plain"]
+REQUEST_ID_RE = re.compile(REQUEST_ID)
 # A2A error codes (A2A 5.4)
 TASK_NOT_FOUND, NOT_CANCELABLE, PUSH_NOT_SUPPORTED, UNSUPPORTED, CONTENT_TYPE = -32001, -32002, -32003, -32004, -32005
-INVALID_PARAMS, INTERNAL = -32602, -32603
+VERSION_NOT_SUPPORTED, INVALID_PARAMS, INTERNAL = -32009, -32602, -32603
 
 
 class RpcError(Exception):
@@ -117,8 +121,33 @@ def agent_card(door: Door, base_url: str) -> dict:
     }
 
 
+# A2A errors carry a google.rpc.ErrorInfo in error.data (A2A 9.5); its reason is the error's name
+REASONS = {-32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+           -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED", -32006: "INVALID_AGENT_RESPONSE",
+           -32007: "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32008: "EXTENSION_SUPPORT_REQUIRED",
+           -32009: "VERSION_NOT_SUPPORTED"}
+
+
 def _rpc_error(rid, code: int, message: str) -> dict:
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+    error: dict = {"code": code, "message": message}
+    if code in REASONS:
+        error["data"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": REASONS[code],
+                          "domain": "a2a-protocol.org", "metadata": {}}]
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+def _camel(value, *, free: bool = False):
+    """Request params with ProtoJSON's other spelling (``task_id``) read as ``taskId``, as a ProtoJSON parser
+    does; a data part's value and metadata are the caller's own and left as sent."""
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    if not isinstance(value, dict) or free:
+        return value
+    out = {}
+    for key, item in value.items():
+        name = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), key) if isinstance(key, str) else key
+        out[name] = _camel(item, free=name in ("data", "metadata"))
+    return out
 
 
 def _ok(rid, result) -> dict:
@@ -153,6 +182,7 @@ def _find(caller, task_id: str) -> Task:
 
 @dataclass
 class Incoming:
+    request_id: str  # metadata.requestId: an idempotency key as on the REST API
     message_id: str
     text: str
     payload: dict
@@ -168,6 +198,9 @@ def _parse_message(params: dict, door: Door) -> Incoming:
     if not isinstance(message, dict):
         raise RpcError(INVALID_PARAMS, "'message' is required (an A2A Message)")
     message_id = _str(message, "messageId")
+    if not REQUEST_ID_RE.match(message_id):
+        raise RpcError(INVALID_PARAMS, "messageId may hold only ASCII letters, digits and . _ : @ ~ + = - (it is "
+                                       "the task's request_id)")
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
         raise RpcError(INVALID_PARAMS, "message.parts must be a non-empty list of parts")
@@ -202,6 +235,9 @@ def _parse_message(params: dict, door: Door) -> Incoming:
         raise RpcError(INVALID_PARAMS, "configuration.returnImmediately is a boolean, "
                                        "configuration.taskPushNotificationConfig an object")
     _history_length(configuration)
+    request_id = _str(metadata, "requestId", required=False)
+    if request_id and not REQUEST_ID_RE.match(request_id):
+        raise RpcError(INVALID_PARAMS, "metadata.requestId may hold only ASCII letters, digits and . _ : @ ~ + = -")
     skill = metadata.get("skill")
     names = [s["capability__name"] for s in door.skills]
     if skill is not None and skill not in names:
@@ -210,20 +246,35 @@ def _parse_message(params: dict, door: Door) -> Incoming:
         if len(names) != 1:
             raise RpcError(INVALID_PARAMS, f"name one of this agent's skills in message.metadata.skill: {names}")
         skill = names[0]
-    return Incoming(message_id=message_id, text=" ".join(texts), payload=payload,
+    return Incoming(request_id=request_id, message_id=message_id, text=" ".join(texts), payload=payload,
                     task_id=_str(message, "taskId", required=False),
                     context_id=_str(message, "contextId", required=False, limit=MAX_CONTEXT), skill=skill,
                     return_immediately=immediately, push=push)
 
 
+def _request_id(caller, msg: Incoming) -> str:
+    """The new task's request_id (its A2A task id). ``metadata.requestId`` is an idempotency key as on the REST
+    API. Else the message id: a repeat of it while its task is in flight joins that task (a retry never runs
+    twice at once); once that task has settled, a message with the same id is a new message (A2A 3.3.1 makes
+    de-duplication by messageId a MAY, and clients such as the TCK reuse ids for distinct messages), whose
+    task id is the message id with a suffix, so that an agent keying behaviour on the id's prefix sees it."""
+    if msg.request_id:
+        return msg.request_id
+    seen = Task.objects.filter(caller=caller, request_id=msg.message_id).values_list("status", flat=True).first()
+    if seen is None or seen in IN_FLIGHT:
+        return msg.message_id
+    return f"{msg.message_id[:MAX_ID - 9]}-{uuid.uuid4().hex[:8]}"
+
+
 async def _new_task(caller, door: Door, msg: Incoming, *, background: bool) -> Task:
     if not msg.skill and not msg.text.strip():
         raise RpcError(INVALID_PARAMS, "the router needs a text part saying what to do (or metadata.skill)")
+    request_id = await engine.db(_request_id, caller, msg)
     if msg.push is not None:
-        await engine.db(a2a_push.push_config_create, caller=caller, task_request_id=msg.message_id,
-                        config={**msg.push, "taskId": msg.message_id})
+        await engine.db(a2a_push.push_config_create, caller=caller, task_request_id=request_id,
+                        config={**msg.push, "taskId": request_id})
     task = await invoke(caller=caller, payload=msg.payload, capability=msg.skill, task=msg.text or None,
-                        request_id=msg.message_id, user_key=msg.context_id, mode="async" if background else "sync",
+                        request_id=request_id, user_key=msg.context_id, mode="async" if background else "sync",
                         door="a2a")
     if not background and task.status not in SETTLED:
         task = await waiting.until_settled(task, timeout=BLOCKING_WAIT_S)  # an agent that answers later
@@ -372,7 +423,8 @@ PUSH_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConf
 async def _call(caller, door: Door, method: str, params: dict, rid, send, receive) -> dict | None:
     """The JSON-RPC answer, or None when a stream was served."""
     if method == "SendMessage":
-        return _ok(rid, {"task": a2a_task(await _send(caller, door, params, stream=False))})
+        task = await _send(caller, door, params, stream=False)
+        return _ok(rid, {"message": a2a_message(task)} if answered_by_message(task) else {"task": a2a_task(task)})
     if method == "SendStreamingMessage":
         task = await _send(caller, door, params, stream=True)
         await a2a_stream.serve_sse(send, receive, rid, a2a_stream.follow(task))
@@ -393,6 +445,16 @@ async def _call(caller, door: Door, method: str, params: dict, rid, send, receiv
     if method == "GetExtendedAgentCard":
         raise RpcError(UNSUPPORTED, "This agent declares no extended agent card.")
     raise RpcError(-32601, f"Method {method} not found")
+
+
+def _version(scope) -> str:
+    """The A2A-Version the client speaks (header, or query parameter). A request without one is served as 1.0
+    (A2A says 0.3, which no client of this gateway speaks: refusing would only break curl)."""
+    for name, value in scope["headers"]:
+        if name == b"a2a-version":
+            return value.decode("latin-1").strip()
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return (query.get("A2A-Version") or [""])[0].strip()
 
 
 async def serve(scope, receive, send) -> None:
@@ -432,6 +494,11 @@ async def serve(scope, receive, send) -> None:
     rid, params = body.get("id"), {} if body.get("params") is None else body["params"]
     if not isinstance(params, dict):
         return await _respond(send, 200, _rpc_error(rid, INVALID_PARAMS, "params must be an object"))
+    version = _version(scope)
+    if version and version.split(".")[:2] != ["1", "0"]:
+        return await _respond(send, 200, _rpc_error(rid, VERSION_NOT_SUPPORTED, f"A2A-Version {version} is not "
+                                                                                 "supported: this agent speaks 1.0"))
+    params = _camel(params)
     try:
         answer = await _call(caller, door, body["method"], params, rid, send, receive)
     except RpcError as exc:

@@ -15,8 +15,9 @@ STATE: dict[str, str] = {TaskStatus.PENDING: "TASK_STATE_SUBMITTED", TaskStatus.
          TaskStatus.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
          # a person decides (the review queue): still in progress for the A2A client
          TaskStatus.MANUAL_REVIEW: "TASK_STATE_SUBMITTED"}
-# where an A2A stream ends: a terminal state, or one that waits for the client (A2A 3.2.2 "interrupted")
-STREAM_ENDS = (*TERMINAL, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.INPUT_REQUIRED)
+# where an A2A stream ends: a terminal state, one that waits for the client (A2A 3.2.2 "interrupted"), or one
+# that waits for a person (manual review may take hours: the client subscribes again, or has a push config)
+STREAM_ENDS = (*TERMINAL, TaskStatus.NEEDS_CONFIRMATION, TaskStatus.INPUT_REQUIRED, TaskStatus.MANUAL_REVIEW)
 PART_KEYS = ("text", "data", "raw", "url")
 
 
@@ -37,6 +38,17 @@ def result_parts(result) -> list[dict]:
     if isinstance(result, str):
         return [{"text": result, "mediaType": "text/plain"}]
     return [{"data": result, "mediaType": "application/json"}]
+
+
+def answered_by_message(task) -> bool:
+    """The agent behind the gateway answered with an A2A Message rather than a task (routing.a2a_transport)."""
+    return task.status == TaskStatus.SUCCEEDED and isinstance(task.result, dict) \
+        and task.result.get("kind") == "message" and bool(result_parts(task.result))
+
+
+def a2a_message(task) -> dict:
+    return {"role": "ROLE_AGENT", "messageId": f"{task.request_id}-answer", "taskId": task.request_id,
+            "contextId": context_of(task), "parts": result_parts(task.result)}
 
 
 def artifact(task) -> dict:

@@ -2,8 +2,8 @@
 
 A stream starts with the task as it is, then sends one ``statusUpdate`` per change of its A2A state, read from
 the task's event timeline (so no step is skipped, in the order committed), and for a completed task its result
-as an ``artifactUpdate`` before the last status. It ends when the task reaches a terminal state or one that waits
-for the client (input required, a confirmation), or after ``STREAM_MAX_S``. It waits on the process's one Redis
+as an ``artifactUpdate`` before the last status. It ends when the task reaches a terminal state or comes to wait
+for the client (input required, a confirmation), or after the task deadline. It waits on the process's one Redis
 subscription to task changes (``routing.waiting``), which every committed change announces, and re-reads the
 task only when told (or every ``waiting.REREAD_S`` seconds, should an announcement be lost): no polling loop.
 """
@@ -20,7 +20,7 @@ from django.conf import settings
 from reach_platform import engine
 from routing import waiting
 from routing.a2a_shapes import STREAM_ENDS, a2a_task, artifact, context_of, dumps, state_of, status_of
-from routing.choices import TaskStatus
+from routing.choices import TERMINAL, TaskStatus
 from routing.models import Task, TaskEvent
 
 logger = logging.getLogger(__name__)
@@ -53,8 +53,10 @@ async def follow(row: Task) -> AsyncIterator[dict]:
         after = await engine.db(_last_event_id, row.pk)
         row = await engine.db(Task.objects.get, pk=row.pk)  # subscribed first: no change is missed in between
         yield {"task": a2a_task(row)}
-        if row.status in STREAM_ENDS:
+        if row.status in TERMINAL:
             return
+        # a task that waits for the client when subscribed to is followed through its answer (A2A 3.1.6: the
+        # stream ends at a terminal state); one that comes to wait during the stream ends it (A2A 3.2.2)
         shown = state_of(row.status)
         while loop.time() < deadline:
             changed.clear()

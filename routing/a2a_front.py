@@ -427,7 +427,8 @@ async def _call(caller, door: Door, method: str, params: dict, rid, send, receiv
         return _ok(rid, {"message": a2a_message(task)} if answered_by_message(task) else {"task": a2a_task(task)})
     if method == "SendStreamingMessage":
         task = await _send(caller, door, params, stream=True)
-        await a2a_stream.serve_sse(send, receive, rid, a2a_stream.follow(task))
+        fresh = task.status == TaskStatus.PENDING and task.mode == "async"  # just created: all its states
+        await a2a_stream.serve_sse(send, receive, rid, a2a_stream.follow(task, from_start=fresh))
         return None
     if method == "SubscribeToTask":
         task = await engine.db(_subscribable, caller, _str(params, "id"))

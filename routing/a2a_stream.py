@@ -41,8 +41,14 @@ def _changes(pk: int, after: int) -> tuple[list[tuple[int, str, datetime]], Task
     return events, Task.objects.get(pk=pk)
 
 
-async def follow(row: Task) -> AsyncIterator[dict]:
-    """The A2A ``StreamResponse`` objects of one task, from its state now until the stream ends."""
+def _first_event_id(pk: int) -> int:
+    return TaskEvent.objects.filter(task_id=pk).order_by("id").values_list("id", flat=True).first() or 0
+
+
+async def follow(row: Task, *, from_start: bool = False) -> AsyncIterator[dict]:
+    """The A2A ``StreamResponse`` objects of one task, from its state now (``from_start``: from its creation,
+    ``row`` being the task as created, so a new task's stream shows every state it went through) until the
+    stream ends."""
     watcher = waiting._watcher()
     changed = asyncio.Event()
     watcher.add(row.pk, changed)
@@ -50,8 +56,11 @@ async def follow(row: Task) -> AsyncIterator[dict]:
     deadline = loop.time() + _max_s()
     try:
         await watcher.ensure()
-        after = await engine.db(_last_event_id, row.pk)
-        row = await engine.db(Task.objects.get, pk=row.pk)  # subscribed first: no change is missed in between
+        if from_start:
+            after = await engine.db(_first_event_id, row.pk)  # its creation (pending)
+        else:
+            after = await engine.db(_last_event_id, row.pk)
+            row = await engine.db(Task.objects.get, pk=row.pk)  # as it is now, no later than the events read
         yield {"task": a2a_task(row)}
         if row.status in TERMINAL:
             return

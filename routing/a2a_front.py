@@ -288,6 +288,9 @@ async def _follow_up(caller, msg: Incoming) -> Task:
         raise RpcError(INVALID_PARAMS, f"contextId {msg.context_id} is not the context of task {msg.task_id}")
     if task.status in TERMINAL:
         raise RpcError(UNSUPPORTED, f"Task {msg.task_id} is {task.status}: it takes no more messages")
+    if msg.push is not None:
+        await engine.db(a2a_push.push_config_create, caller=caller, task_request_id=task.request_id,
+                        config={**msg.push, "taskId": task.request_id})
     if task.status == TaskStatus.NEEDS_CONFIRMATION:
         choice = msg.skill or msg.text.strip()
         return await invoke(caller=caller, payload=task.payload, request_id=task.request_id, confirm=choice,
@@ -432,7 +435,7 @@ async def _call(caller, door: Door, method: str, params: dict, rid, send, receiv
         return None
     if method == "SubscribeToTask":
         task = await engine.db(_subscribable, caller, _str(params, "id"))
-        await a2a_stream.serve_sse(send, receive, rid, a2a_stream.follow(task))
+        await a2a_stream.serve_sse(send, receive, rid, a2a_stream.follow(task, subscribed=True))
         return None
     if method == "GetTask":
         _history_length(params)

@@ -45,10 +45,11 @@ def _first_event_id(pk: int) -> int:
     return TaskEvent.objects.filter(task_id=pk).order_by("id").values_list("id", flat=True).first() or 0
 
 
-async def follow(row: Task, *, from_start: bool = False) -> AsyncIterator[dict]:
+async def follow(row: Task, *, from_start: bool = False, subscribed: bool = False) -> AsyncIterator[dict]:
     """The A2A ``StreamResponse`` objects of one task, from its state now (``from_start``: from its creation,
     ``row`` being the task as created, so a new task's stream shows every state it went through) until the
-    stream ends."""
+    stream ends. A ``subscribed`` stream (SubscribeToTask) to a task that waits for the client follows it through
+    the client's answer (A2A 3.1.6: it ends at a terminal state)."""
     watcher = waiting._watcher()
     changed = asyncio.Event()
     watcher.add(row.pk, changed)
@@ -62,10 +63,8 @@ async def follow(row: Task, *, from_start: bool = False) -> AsyncIterator[dict]:
             after = await engine.db(_last_event_id, row.pk)
             row = await engine.db(Task.objects.get, pk=row.pk)  # as it is now, no later than the events read
         yield {"task": a2a_task(row)}
-        if row.status in TERMINAL:
+        if row.status in (TERMINAL if subscribed else STREAM_ENDS):
             return
-        # a task that waits for the client when subscribed to is followed through its answer (A2A 3.1.6: the
-        # stream ends at a terminal state); one that comes to wait during the stream ends it (A2A 3.2.2)
         shown = state_of(row.status)
         while loop.time() < deadline:
             changed.clear()

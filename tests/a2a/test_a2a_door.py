@@ -70,6 +70,13 @@ def test_an_a2a_agent_through_the_door_keeps_its_behaviours(door, fresh_a2a_agen
     assert kinds[0] == "task" and "artifact_update" in kinds and kinds[-1] == "status_update"
     assert streamed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
+    # a streamed question ends its stream (the client answers); a stream of the answer ends with the task
+    asking = run_async(_send(url, token, _message("tck-input-required-d2", "where"), streaming=True))
+    assert asking[-1].status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    answered = run_async(_send(url, token, _message("tck-complete-task-d2", "order 3",
+                                                    task_id="tck-input-required-d2"), streaming=True))
+    assert answered[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+
     # the message ids reached the agent unchanged (the answer on the task: the next turn of the same request)
     executions = fresh_a2a_agent.stats()["executions"]
     assert {"tck-message-response-d1", "tck-artifact-text-d1", "tck-input-required-d1",

@@ -242,7 +242,7 @@ def test_streaming_message_and_subscribe(door):
     assert agents.stats("order-agent")["executions"] == {"a2a-st-1": 1, "a2a-sub-1": 1}
 
 
-def test_push_configs_deliver_every_change_signed_with_the_token(door, settings):
+def test_push_configs_deliver_every_change_signed_with_the_token(door, admin_client):
     node, token, agents = door
     hook = Receiver(failures=1)  # the first try fails: the outbox retries it
     url = f"{node.url}/a2a/order-agent"
@@ -296,9 +296,14 @@ def test_push_configs_deliver_every_change_signed_with_the_token(door, settings)
     refused = _rpc(url, token, "CreateTaskPushNotificationConfig", {"taskId": "a2a-push-1",
                                                                     "url": "http://169.254.169.254/x"})
     assert refused["error"]["code"] == -32602
+    # the admin lists the configs, never their secrets
+    listed_page = admin_client.get("/admin/routing/a2apushconfig/")
+    assert listed_page.status_code == 200 and b"cfg-1" in listed_page.content
+    detail = admin_client.get(f"/admin/routing/a2apushconfig/{A2APushConfig.objects.get().pk}/change/")
+    assert detail.status_code == 200 and b"tok-123" not in detail.content and b"hook-secret" not in detail.content
 
 
-def test_router_routes_a_text_across_agents_and_asks_when_unsure(door, settings):
+def test_router_routes_a_text_across_agents(door):
     node, token, agents = door
     card = httpx.get(f"{node.url}/a2a/router/.well-known/agent-card.json", timeout=10).json()
     assert card["supportedInterfaces"][0]["url"] == f"{node.url}/a2a/router"

@@ -11,25 +11,29 @@ from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 
+from registry.choices import VersionState
 from registry.models import CapabilityVersion
-from registry.services import capability_version_activate
 from routing import a2a_transport, snapshot
 from routing.models import Task
-from tests.helpers import run_async
+from tests.helpers import WorkerProcess, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def door(fresh_a2a_agent, user, gateway_nodes, celery_worker_proc):
+def door(fresh_a2a_agent, user, gateway_nodes):
+    """The example A2A agent registered from its card and ACTIVE (set directly, as ``registry_ready`` does: the
+    activation service would enqueue an embedding, which a worker would run while the test does), a gateway node,
+    and a worker of this test's own for the async tasks (the session's would outlive it into other modules)."""
     call_command("reach_import_card", fresh_a2a_agent.url, "--team", "commerce", "--environment", "dev",
                  verbosity=0)
-    for version in CapabilityVersion.objects.all():
-        capability_version_activate(version=version)
+    CapabilityVersion.objects.update(state=VersionState.ACTIVE)
     snapshot.bump_generation()
     a2a_transport._registered.clear()
     (node,) = gateway_nodes(1)
-    return f"{node.url}/a2a/order-service-agent", Token.objects.create(user=user).key
+    worker = WorkerProcess().start()
+    yield f"{node.url}/a2a/order-service-agent", Token.objects.create(user=user).key
+    worker.stop()
 
 
 async def _send(url: str, token: str, message: Message, *, streaming: bool = False) -> list:

@@ -26,6 +26,7 @@ the request_id. Bad input is a JSON-RPC error, never an HTTP 500.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from routing.models import Task
 from routing.reaper import _cancel_a2a_task
 from routing.transitions import Timeline, pushes
 
+logger = logging.getLogger(__name__)
 PREFIX = "/a2a/"
 ROUTER = "router"
 CARD = "/.well-known/agent-card.json"
@@ -507,5 +509,8 @@ async def serve(scope, receive, send) -> None:
         answer = await _call(caller, door, body["method"], params, rid, send, receive)
     except RpcError as exc:
         answer = _rpc_error(rid, exc.code, exc.message)
+    except (TypeError, ValueError, AttributeError):  # a shape no check above foresaw: the caller's, not a 500
+        logger.warning("A2A request not understood", exc_info=True, extra={"method": body["method"]})
+        answer = _rpc_error(rid, INVALID_PARAMS, "Invalid params")
     if answer is not None:
         await _respond(send, 200, answer)

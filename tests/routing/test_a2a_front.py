@@ -133,6 +133,11 @@ BAD = [
     ("CreateTaskPushNotificationConfig", {"taskId": "nope", "url": "https://example.invalid/h"}, -32001),
     ("ListTaskPushNotificationConfigs", {}, -32602), ("GetExtendedAgentCard", {}, -32004),
     ("SendMessage", {"message": {"messageId": "bad id/1", "parts": [{"text": "x"}]}}, -32602),
+    ("SendMessage", {"message": "x"}, -32602), ("SendMessage", {"message": {"messageId": "m", "parts": [1]}}, -32602),
+    ("SendMessage", {"message": {"messageId": "m", "parts": [{"text": 5}]}}, -32602),
+    ("SendMessage", {"message": {"messageId": "m", "parts": [{"data": [1]}]}}, -32602),
+    ("ListTasks", {"status": "TASK_STATE_NOPE"}, -32602), ("ListTasks", {"statusTimestampAfter": "x"}, -32602),
+    ("ListTasks", {"contextId": 5}, -32602),
     ("SendMessage", {"message": {"messageId": "m", "parts": [{"text": "x"}], "metadata": {"skill": "nope"}}},
      -32602)]
 

@@ -294,17 +294,31 @@ def test_push_configs_deliver_every_change_signed_with_the_token(door, admin_cli
     made, got, listed = run_async(_session(url, token, crud))
     assert made.id == got.id == "cfg-2" and got.url == "https://hooks.example.invalid/a2a" and got.token == "t2"
     assert sorted(c.id for c in listed.configs) == ["cfg-1", "cfg-2"]
-    assert list(A2APushConfig.objects.values_list("config_id", flat=True)) == ["cfg-1"]
+    assert list(A2APushConfig.objects.filter(task_request_id="a2a-push-1").values_list("config_id", flat=True)) \
+        == ["cfg-1"]
     assert _rpc(url, token, "GetTaskPushNotificationConfig", {"taskId": "a2a-push-1", "id": "cfg-2"})[
         "error"]["code"] == -32001
     # the address guard callbacks use: no internal targets
     refused = _rpc(url, token, "CreateTaskPushNotificationConfig", {"taskId": "a2a-push-1",
                                                                     "url": "http://169.254.169.254/x"})
     assert refused["error"]["code"] == -32602
+    # a webhook that never answers 2xx: retried, then dead-lettered into the review queue
+    dead = Receiver(failures=10**6)
+    try:
+        _rpc(url, token, "SendMessage", {"message": {"role": "ROLE_USER", "messageId": "a2a-push-dead",
+                                                     "parts": [{"data": {"order_id": "7"}}]},
+                                         "configuration": {"taskPushNotificationConfig": {"url": dead.url}}})
+        wait_until(lambda: CallbackDelivery.objects.filter(task__request_id="a2a-push-dead", status="dead").exists(),
+                   timeout=40, message="a dead letter")
+        assert Task.objects.get(request_id="a2a-push-dead").review_reason == "dead_letter"
+        assert dead.calls >= 4 and not dead.received
+    finally:
+        dead.close()
     # the admin lists the configs, never their secrets
     listed_page = admin_client.get("/admin/routing/a2apushconfig/")
     assert listed_page.status_code == 200 and b"cfg-1" in listed_page.content
-    detail = admin_client.get(f"/admin/routing/a2apushconfig/{A2APushConfig.objects.get().pk}/change/")
+    detail = admin_client.get(f"/admin/routing/a2apushconfig/{A2APushConfig.objects.get(config_id='cfg-1').pk}/"
+                              "change/")
     assert detail.status_code == 200 and b"tok-123" not in detail.content and b"hook-secret" not in detail.content
 
 
@@ -369,6 +383,12 @@ def test_router_confirmation_is_input_required_answered_by_a_message_or_cancelle
     assert done.id == "a2a-cf-1" and done.status.state == TaskState.TASK_STATE_COMPLETED
     assert Task.objects.get(request_id="a2a-cf-1").capability_requested == "order.query"
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    # bands that no score reaches: the router leaves it to a person (manual review), submitted for A2A
+    (strict,) = gateway_nodes(1, REACH_EXECUTE_AT="1.01", REACH_CONFIRM_AT="1.01")
+    waiting = _rpc(f"{strict.url}/a2a/router", token, "SendMessage", {"message": {
+        "role": "ROLE_USER", "messageId": "a2a-mr-1", "parts": [{"text": "where is my order 12345"}]}})["result"]
+    assert waiting["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    assert Task.objects.get(request_id="a2a-mr-1").status == "manual_review"
     # a wrong context for the task is refused
     wrong = _rpc(url, token, "SendMessage", {"message": {"role": "ROLE_USER", "messageId": "a2a-cf-x",
                                                          "taskId": "a2a-cf-1", "contextId": "other",

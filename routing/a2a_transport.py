@@ -69,7 +69,7 @@ def build_message(ctx, payload: dict, agent: str) -> dict:
 
 def result_of(parts: list[dict]) -> Any:
     """A lone data part is the result as is (our agents answer JSON); else the texts joined as ``answer`` with
-    every part kept."""
+    every part kept (and ``kind: message`` when the agent answered with a Message)."""
     data = [p["data"] for p in parts if "data" in p]
     if len(data) == 1 and len(parts) == 1:
         return data[0]
@@ -200,7 +200,10 @@ async def call(instance, version, payload: dict, ctx, headers: dict, timeout: fl
         return _error(status, data)
     result = data["result"]
     if "message" in result:
-        return AttemptOutcome.SUCCESS, status, result_of(result["message"].get("parts") or []), "", None
+        value = result_of(result["message"].get("parts") or [])
+        if isinstance(value, dict) and "parts" in value:
+            value["kind"] = "message"  # the agent answered with a Message, not a task: the A2A door says so too
+        return AttemptOutcome.SUCCESS, status, value, "", None
     task = result.get("task") or {}
     if push and (task.get("status") or {}).get("state") not in TERMINAL | INTERRUPTED:
         return AttemptOutcome.ACCEPTED, status, {"task_id": task.get("id", ""), "context_id": task.get("contextId", ""),

@@ -84,8 +84,9 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
                 request_id: str | None = None, mode: str = "sync", callback_url: str = "", top_k: int | None = None,
                 user_key: str = "", action: str | None = None, domains: list[str] | None = None,
                 cost_preference: float = 0.0, headers: InvokeHeaders | None = None,
-                redispatch_of: str = "") -> dict:
-    """The new task's columns, after the checks that need no database."""
+                redispatch_of: str = "", door: str = "") -> dict:
+    """The new task's columns, after the checks that need no database. ``door`` names the front door that is
+    not our REST API (``a2a``: its changes are streamed and pushed, ``routing.a2a_push``)."""
     headers = headers or InvokeHeaders()
     if headers.depth >= _reach("MAX_DEPTH"):
         raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
@@ -99,7 +100,8 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
         call_path=list(headers.call_path), trace_id=_trace_from(headers), parent_request_id=headers.parent_request_id,
         deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
         options={"action": action, "domains": domains, "cost_preference": cost_preference,
-                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {})})
+                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {}),
+                 **({"door": door} if door else {})})
 
 
 def claim(fields: dict) -> tuple[Task, bool]:

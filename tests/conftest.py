@@ -17,6 +17,32 @@ from rest_framework.test import APIClient
 from tests.helpers import AgentProcess, WorkerProcess
 
 
+def _flush_retrying_on_deadlock() -> None:
+    """A transactional test ends with a flush (TRUNCATE of every table), which can deadlock with a write that the
+    session's Celery worker or an agent's callback is still making for a test that just ended (PostgreSQL then
+    aborts one of them). The flush is tried again then: what the late write wrote is flushed too."""
+    import time
+
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    handle = flush.Command.handle
+
+    def retrying(self, **options):
+        for attempt in range(5):
+            try:
+                return handle(self, **options)
+            except CommandError as exc:
+                if "deadlock" not in str(exc.__cause__) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    flush.Command.handle = retrying
+
+
+_flush_retrying_on_deadlock()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def clean_redis():
     """Tests use their own Redis database (see settings); start each run from an empty one."""

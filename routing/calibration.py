@@ -18,9 +18,14 @@ Method (cross-fitted conformal risk control):
    Refitting the ranker without the left-out capabilities matters: a head that saw them has learnt to push the
    other capabilities away from them, which makes simulated out-of-scope requests far too easy.
 2. Negative cases that the ranker sends to their own capability count as wrong executions. The resolver's
-   negative-case filter (a learned margin, see ``negative_margin``) is applied to every simulated case.
-3. A logistic model turns three features of the top candidate -- cosine to its centroid, margin of the ranking
-   signal over the best capability outside its family, best cosine to one of its examples -- into a probability.
+   negative-case filter (a learned margin, see ``negative_margin``) is applied to every simulated case; a negative
+   case itself meets the filter with its capability's *other* negative cases (cross-fitted like the examples:
+   compared with itself it was always filtered, so the negative cases never weighed on the cut-off).
+3. A logistic model turns four features of the top candidate -- cosine to its centroid, margin of the ranking
+   signal over the best capability outside its family, best cosine to one of its examples, keyword evidence --
+   into a probability. Its feature weights are constrained to be >= 0 (``_fit_monotone_logistic``): each feature
+   is evidence for the candidate, and an unconstrained fit on a small registry's few hundred correlated cases
+   gave the closest-example cosine a weight of -15 (a request very close to one example scored *lower*).
 4. The EXECUTE cut-off on that probability is the lowest one at which the conformal risk-control bound
    ``(n * risk + 1) / (n + 1)`` stays within the stated level, for the wrong-execution risk over the in-scope cases
    and for the out-of-scope risk over the out-of-scope cases; the stricter of the two is used. That is the
@@ -154,6 +159,26 @@ def default_calibration(execute_at: float = 0.75, confirm_at: float = 0.55) -> C
     p_confirm = 1 / (1 + np.exp(-(12 * 0.55 - 9)))
     return Calibration(coef=(12.0, 0.0, 0.0, 0.0, -9.0), cuts={"latin": (p_confirm, np.inf), "other": (p_confirm, np.inf)},
                        execute_at=execute_at, confirm_at=confirm_at)
+
+
+def _fit_monotone_logistic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A logistic regression whose feature weights are all >= 0 (an active set over ``_fit_logistic``).
+
+    Every feature is evidence *for* the top candidate (a higher cosine, margin, closest example or keyword count can
+    only make it more likely right), so a negative weight is an artefact of correlated features fitted on a few
+    hundred cases -- on the example registry the closest-example weight came out at -15, which sent clear requests
+    whose closest example was very close to manual review. A feature whose weight would be negative is dropped
+    (weight 0) and the rest refitted, until every weight is >= 0."""
+    active = np.ones(X.shape[1], bool)
+    while True:
+        w_active = _fit_logistic(X[:, active], y)
+        w = np.zeros(X.shape[1] + 1)
+        w[np.flatnonzero(active)] = w_active[:-1]
+        w[-1] = w_active[-1]
+        negative = (w[:-1] < 0) & active
+        if not negative.any():
+            return w
+        active[np.argmin(np.where(active, w[:-1], np.inf))] = False
 
 
 def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 50) -> np.ndarray:
@@ -319,10 +344,17 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
         ranker = _Ranker(X, y, head, negatives, neg_margin)
-        owner = np.concatenate([[c] * len(n) for c, n in enumerate(negatives)])
+        owner = np.concatenate([np.full(len(n), c, dtype=int) for c, n in enumerate(negatives)])
         N = np.vstack([n for n in negatives if len(n)])
         F, top, dropped = ranker.features(N, np.vstack([h for n, h in zip(negatives, negative_hits, strict=True)
                                                         if len(n)]))
+        # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
+        # filter compares it with its capability's *other* negative cases (compared with itself it would always be
+        # filtered, and the negative cases would never count against the EXECUTE cut-off).
+        local = np.concatenate([np.arange(len(n), dtype=int) for n in negatives])
+        for i in np.flatnonzero(top == owner):
+            rest = np.delete(negatives[owner[i]], local[i], axis=0)
+            dropped[i] = bool(len(rest)) and float((rest @ N[i]).max()) - F[i, 2] > neg_margin
         own = fam[top, owner]  # routed to (the family of) the capability that says it does not serve this
         feats.append(F[own])
         filtered.append(dropped[own])
@@ -383,7 +415,7 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
                                              negative_hits=negative_hits)
     if right.all() or not right.any():
         return default_calibration(execute_at, confirm_at)
-    w = _fit_logistic(F[~filtered], right[~filtered].astype(float))
+    w = _fit_monotone_logistic(F[~filtered], right[~filtered].astype(float))
     p = 1 / (1 + np.exp(-np.clip(F @ w[:4] + w[4], -30, 30)))
     p[filtered] = 0.0  # thrown out by the negative-case filter: never executed on that capability
     pooled = _cuts(p, right, oos, max_wrong, max_oos)

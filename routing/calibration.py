@@ -55,6 +55,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 ROUNDS = 5
 CONFIRM_RECALL = 0.90
@@ -84,18 +85,35 @@ def keyword_grams(text: str) -> set[str]:
     return grams
 
 
-def keyword_hit_matrix(texts: list[str], keywords: list[set[str]]) -> np.ndarray:
-    """(texts x capabilities): distinct keywords/tags of each capability that each normalised text matches."""
-    out = np.zeros((len(texts), len(keywords)))
+def keyword_index(keywords: list[set[str]]) -> dict[str, list[int]]:
+    """keyword or tag -> the capabilities (positions in ``keywords``) that declare it."""
     index: dict[str, list[int]] = {}
     for c, words in enumerate(keywords):
         for word in words:
             index.setdefault(word, []).append(c)
+    return index
+
+
+def keyword_hit_matrix(texts: list[str], keywords: list[set[str]],
+                       index: dict[str, list[int]] | None = None) -> sparse.csr_matrix:
+    """(texts x capabilities), sparse: distinct keywords/tags of each capability that each normalised text matches.
+    Sparse because a text hits a handful of capabilities: dense, 10,000 capabilities' examples made 8 GB. Pass
+    ``index`` (``keyword_index(keywords)``) when calling once per capability."""
+    index = keyword_index(keywords) if index is None else index
+    rows, cols = [], []
     for row, text in enumerate(texts):
         for gram in keyword_grams(text):
             for c in index.get(gram, ()):
-                out[row, c] += 1
-    return out
+                rows.append(row)
+                cols.append(c)
+    return sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(texts), len(keywords)))
+
+
+def _stack(blocks: list) -> np.ndarray | sparse.csr_matrix:
+    """Row-stack hit matrices, sparse or dense."""
+    if any(sparse.issparse(b) for b in blocks):
+        return sparse.vstack(blocks, format="csr")
+    return np.vstack(blocks)
 
 
 def language_buckets(vectors: np.ndarray) -> np.ndarray:
@@ -199,7 +217,10 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 5
 def families(unit_centroids: np.ndarray) -> np.ndarray:
     """k x k: which capabilities do the same thing (centroids within SAME_FAMILY_COSINE): several agents offering
     one service. Choosing among them is load balancing and fallback, not ambiguity."""
-    return (unit_centroids @ unit_centroids.T) >= SAME_FAMILY_COSINE
+    out = np.empty((len(unit_centroids), len(unit_centroids)), dtype=bool)
+    for i in range(0, len(unit_centroids), 1024):  # in blocks: at 10,000 capabilities the products are 400 MB
+        out[i:i + 1024] = (unit_centroids[i:i + 1024] @ unit_centroids.T) >= SAME_FAMILY_COSINE
+    return out
 
 
 def _unit(m: np.ndarray) -> np.ndarray:
@@ -235,9 +256,13 @@ def capability_groups(centroids: np.ndarray, fam: np.ndarray, scheme: str, seed:
             group[comp == root] = r % ROUNDS
         return group
     from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
 
     reps = _unit(np.stack([centroids[comp == root].mean(0) for root in roots]))
-    labels = fcluster(linkage(reps.astype(np.float64), "average", metric="cosine"),
+    # cosine distances of unit vectors through one matrix product (scipy's pdist loops: ~2 min at 10,000)
+    distances = np.clip(1.0 - reps.astype(np.float64) @ reps.T.astype(np.float64), 0.0, 2.0)
+    np.fill_diagonal(distances, 0.0)
+    labels = fcluster(linkage(squareform(distances, checks=False), "average"),
                       t=max(ROUNDS, len(roots) // 10), criterion="maxclust")
     load = np.zeros(ROUNDS)
     for cluster in sorted(set(labels), key=lambda c: (-(labels == c).sum(), c)):
@@ -258,32 +283,43 @@ def top_features(ranking: np.ndarray, cos: np.ndarray, fam: np.ndarray, best_exa
     best_out = outside.max(1)
     margin = np.where(np.isfinite(best_out), ranking[rows, top] - np.where(np.isfinite(best_out), best_out, 0), 0)
     best = cos[rows, top] if best_example is None else best_example[rows, top]
-    kw = np.zeros(len(rows)) if hits is None else np.minimum(1.0, hits[rows, top] / 2.0)
+    kw = np.zeros(len(rows)) if hits is None else np.minimum(1.0, np.asarray(hits[rows, top]).ravel() / 2.0)
     return np.stack([cos[rows, top], margin, best, kw], 1), top
 
 
 class _Ranker:
     """What the resolver ranks with, fitted on some examples: the head (softmax regression) or the centroids."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, head: bool, negatives: list[np.ndarray], neg_margin: float):
+    def __init__(self, X: np.ndarray, y: np.ndarray, head: bool, negatives: list[np.ndarray], neg_margin: float,
+                 fam: np.ndarray | None = None):
+        """``fam``: the family relation over the whole registry's capabilities (computed here when not given);
+        several agents offering one service are a family whichever examples a round trains on."""
         self.negatives, self.neg_margin = negatives, neg_margin
         self.classes = np.unique(y)
-        self.X, self.y = X, y
-        self.centroids = _unit(np.stack([X[y == c].mean(0) for c in self.classes]))
-        self.fam = families(self.centroids)
+        order = np.argsort(y, kind="stable")  # grouped by class: sums and maxima per class are one reduceat each
+        self.X, self.y = X[order], y[order]
+        self.starts = np.searchsorted(self.y, self.classes)
+        self.centroids = _unit(np.add.reduceat(self.X.astype(np.float64), self.starts, axis=0))
+        self.fam = families(self.centroids) if fam is None else fam[np.ix_(self.classes, self.classes)]
         self.W = self.b = None
         if head and len(self.classes) >= 2:
             self.W, self.b = _fit_head(X, y)
+
+    def best_example(self, Q: np.ndarray, rows: int = 256) -> np.ndarray:
+        """(queries x classes): each query's best cosine to one example of each class. The examples are grouped by
+        class (``X`` is sorted by class), so one ``maximum.reduceat`` per block of queries does it: at 10,000
+        capabilities a loop over the classes cost minutes, and all the similarities at once gigabytes."""
+        out = np.empty((len(Q), len(self.classes)))
+        for i in range(0, len(Q), rows):
+            out[i:i + rows] = np.maximum.reduceat(Q[i:i + rows] @ self.X.T, self.starts, axis=1)
+        return out
 
     def features(self, Q: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features, top class and whether the resolver's negative-case filter throws the top class out, per row.
         ``hits``: distinct keyword hits of each row's text on every capability of the registry (columns)."""
         cos = Q @ self.centroids.T
         ranking = cos if self.W is None else Q @ self.W.T + self.b
-        sims = Q @ self.X.T
-        best = np.full(cos.shape, -1.0)
-        for i, c in enumerate(self.classes):
-            best[:, i] = sims[:, self.y == c].max(1)
+        best = self.best_example(Q)
         F, top = top_features(ranking, cos, self.fam, best, hits[:, self.classes])
         top = self.classes[top]
         neg = np.array([(Q[i] @ self.negatives[c].T).max() if len(self.negatives[c]) else -np.inf
@@ -292,13 +328,13 @@ class _Ranker:
 
 
 def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool, seed: int = 0,
-                    example_hits: list[np.ndarray] | None = None, negative_hits: list[np.ndarray] | None = None):
+                    example_hits: list | None = None, negative_hits: list | None = None):
     """Cross-fitted cases: features, whether each is right, whether it is out of scope, and its language bucket.
     ``example_hits[c]`` / ``negative_hits[c]``: (texts x capabilities) distinct keyword hits of capability c's
     example / negative-case texts (zeros when not given)."""
     k = len(examples)
-    example_hits = example_hits or [np.zeros((len(E), k)) for E in examples]
-    negative_hits = negative_hits or [np.zeros((len(N), k)) for N in negatives]
+    example_hits = example_hits or [sparse.csr_matrix((len(E), k)) for E in examples]
+    negative_hits = negative_hits or [sparse.csr_matrix((len(N), k)) for N in negatives]
     centroids = _unit(np.stack([e.mean(0) for e in examples]))
     fam = families(centroids)
     sampled = set(range(k)) if k <= MAX_CAPABILITIES or head else set(
@@ -329,12 +365,12 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
                 held_y += [c] * int(mask.sum())
         if len(set(tr_y)) < 2 or not (held or out):
             continue
-        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin)
+        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin, fam)
         for cases, hits, owners, is_oos in ((held, held_h, held_y, False), (out, out_h, None, True)):
             if not cases:
                 continue
             Q = np.vstack(cases)
-            F, top, dropped = ranker.features(Q, np.vstack(hits))
+            F, top, dropped = ranker.features(Q, _stack(hits))
             feats.append(F)
             filtered.append(dropped)
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
@@ -343,11 +379,11 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
     if any(len(n) for n in negatives):
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
-        ranker = _Ranker(X, y, head, negatives, neg_margin)
+        ranker = _Ranker(X, y, head, negatives, neg_margin, fam)
         owner = np.concatenate([np.full(len(n), c, dtype=int) for c, n in enumerate(negatives)])
         N = np.vstack([n for n in negatives if len(n)])
-        F, top, dropped = ranker.features(N, np.vstack([h for n, h in zip(negatives, negative_hits, strict=True)
-                                                        if len(n)]))
+        F, top, dropped = ranker.features(N, _stack([h for n, h in zip(negatives, negative_hits, strict=True)
+                                                     if len(n)]))
         # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
         # filter compares it with its capability's *other* negative cases (compared with itself it would always be
         # filtered, and the negative cases would never count against the EXECUTE cut-off).
@@ -405,8 +441,8 @@ def negative_margin(examples: list[np.ndarray], negatives: list[np.ndarray]) -> 
 
 def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool = False,
                     max_wrong: float = 0.02, max_oos: float = 0.05, seed: int = 0, execute_at: float = 0.75,
-                    confirm_at: float = 0.55, example_hits: list[np.ndarray] | None = None,
-                    negative_hits: list[np.ndarray] | None = None) -> Calibration:
+                    confirm_at: float = 0.55, example_hits: list | None = None,
+                    negative_hits: list | None = None) -> Calibration:
     """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases; the optional
     hits are their texts' keyword hits on every capability (see ``simulated_cases``)."""
     if len(examples) < 3:

@@ -299,7 +299,7 @@ class _Ranker:
         order = np.argsort(y, kind="stable")  # grouped by class: sums and maxima per class are one reduceat each
         self.X, self.y = X[order], y[order]
         self.starts = np.searchsorted(self.y, self.classes)
-        self.centroids = _unit(np.add.reduceat(self.X.astype(np.float64), self.starts, axis=0))
+        self.centroids = _unit(np.add.reduceat(self.X, self.starts, axis=0, dtype=np.float64))
         self.fam = families(self.centroids) if fam is None else fam[np.ix_(self.classes, self.classes)]
         self.W = self.b = None
         if head and len(self.classes) >= 2:
@@ -376,18 +376,19 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
             oos.append(np.full(len(Q), is_oos))
             buckets.append(language_buckets(Q))
-    if any(len(n) for n in negatives):
+    # the negative cases of the sampled capabilities (all of them up to MAX_CAPABILITIES), like the examples
+    scored = [c for c in range(k) if c in sampled and len(negatives[c])]
+    if scored:
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
         ranker = _Ranker(X, y, head, negatives, neg_margin, fam)
-        owner = np.concatenate([np.full(len(n), c, dtype=int) for c, n in enumerate(negatives)])
-        N = np.vstack([n for n in negatives if len(n)])
-        F, top, dropped = ranker.features(N, _stack([h for n, h in zip(negatives, negative_hits, strict=True)
-                                                     if len(n)]))
+        owner = np.concatenate([np.full(len(negatives[c]), c, dtype=int) for c in scored])
+        N = np.vstack([negatives[c] for c in scored])
+        F, top, dropped = ranker.features(N, _stack([negative_hits[c] for c in scored]))
         # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
         # filter compares it with its capability's *other* negative cases (compared with itself it would always be
         # filtered, and the negative cases would never count against the EXECUTE cut-off).
-        local = np.concatenate([np.arange(len(n), dtype=int) for n in negatives])
+        local = np.concatenate([np.arange(len(negatives[c]), dtype=int) for c in scored])
         for i in np.flatnonzero(top == owner):
             rest = np.delete(negatives[owner[i]], local[i], axis=0)
             dropped[i] = bool(len(rest)) and float((rest @ N[i]).max()) - F[i, 2] > neg_margin

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -317,12 +318,18 @@ def capability_versions_activate(*, versions: list[CapabilityVersion], actor=Non
             capability_id__in=capability_ids, state=VersionState.ACTIVE).order_by("pk"):
         active.setdefault(old.capability_id, []).append(locked.get(old.pk, old))
     now = timezone.now()
-    rows, changed, out = [], {}, []
+    rows, out = [], []
+    checked: dict[str, list] = {}
+    activated: set[int] = set()
+    retired: set[int] = set()
     for pk in ids:
         version = locked[pk]
         if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
             raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
-        problems = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
+        schemas = json.dumps([version.input_schema, version.output_schema, version.reject_conditions], sort_keys=True)
+        if schemas not in checked:  # an import's versions mostly share their schemas: each set is checked once
+            checked[schemas] = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
+        problems = checked[schemas]
         if problems:  # what routes must validate payloads without failing (admins may activate unreviewed drafts)
             raise InvalidInput(f"Version {version} has invalid schemas.", code="invalid_schema",
                                details=[f"{where} {problem}" for where, problem in problems])
@@ -331,23 +338,28 @@ def capability_versions_activate(*, versions: list[CapabilityVersion], actor=Non
         if not version.is_canary:
             for old in [v for v in current if v.pk != version.pk]:
                 old.state = VersionState.RETIRED
-                changed[old.pk] = old
+                retired.add(old.pk)
                 rows.append(audit_row(action="version.retired", target=old, actor=actor, actor_label=actor_label,
                                       before={"state": VersionState.ACTIVE}, after={"state": VersionState.RETIRED}))
             current[:] = [v for v in current if v.pk == version.pk]
         version.state = VersionState.ACTIVE
         version.activated_at = now
         current.append(version)
-        changed[version.pk] = version
+        activated.add(version.pk)
+        retired.discard(version.pk)
         rows.append(audit_row(action="version.activated", target=version, actor=actor, actor_label=actor_label,
                               before=before, after={"state": VersionState.ACTIVE, "canary": version.is_canary}))
         out.append(version)
-    for version in changed.values():
+    # the final states in at most three statements (a version activated and retired by a later one in this call
+    # keeps its activation time, as one call per version would have left it)
+    rows_of = CapabilityVersion.objects.filter
+    rows_of(pk__in=activated - retired).update(state=VersionState.ACTIVE, activated_at=now, updated_at=now)
+    rows_of(pk__in=activated & retired).update(state=VersionState.RETIRED, activated_at=now, updated_at=now)
+    rows_of(pk__in=retired - activated).update(state=VersionState.RETIRED, updated_at=now)
+    for version in out:
         version.updated_at = now
-    CapabilityVersion.objects.bulk_update(list(changed.values()), ["state", "activated_at", "updated_at"],
-                                          batch_size=1000)
     audit_rows_write(rows)
-    bump_generation()  # bulk_update sends no post_save: routing's snapshot must still see the new states
+    bump_generation()  # update() sends no post_save: routing's snapshot must still see the new states
     for start in range(0, len(ids), EMBED_TASK_VERSIONS):
         transaction.on_commit(_embed_later(ids[start:start + EMBED_TASK_VERSIONS]))
     return out

@@ -148,6 +148,8 @@ def test_a_later_version_in_the_same_import_retires_the_earlier_one(tmp_path, dj
         call_command("reach_import", str(first), str(second), "--activate", verbosity=0)
     states = dict(CapabilityVersion.objects.values_list("version", "state"))
     assert states == {"1.0.0": VersionState.RETIRED, "1.1.0": VersionState.ACTIVE}
+    # both were activated, one after the other, as two single activations would have left them
+    assert CapabilityVersion.objects.filter(activated_at__isnull=True).count() == 0
     retired = AuditLog.objects.get(action="version.retired")
     assert retired.target_repr == "order.query@1.0.0" and retired.after == {"state": VersionState.RETIRED}
     assert AuditLog.objects.filter(action="version.activated").count() == 2

@@ -167,3 +167,20 @@ def test_child_processes_recognise_the_embedded_server_from_its_url(settings):
     assert not pgvector_compute_enabled()
     settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "on"}
     assert pgvector_compute_enabled()
+
+
+def test_an_import_embeds_its_versions_in_one_task_and_recalibrates_once(django_capture_on_commit_callbacks, settings):
+    from registry.tasks import embed_capability_versions
+    from routing.models import RoutingCalibration
+
+    settings.REACH = {**settings.REACH, "RECALIBRATE_INLINE": True}
+    # given an activating import, whose embedding waits for the commit
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        call_command("reach_import", "examples/descriptors", "--activate", verbosity=0)
+    assert [c.__qualname__.split(".")[0] for c in callbacks].count("_embed_later") == 1
+    # when the one task runs (as a worker would), then every version is embedded and the calibration fitted on all
+    ids = list(CapabilityVersion.objects.values_list("pk", flat=True))
+    written = embed_capability_versions(ids)
+    assert CapabilityVector.objects.filter(kind="centroid").count() == len(ids) == 6
+    assert written == CapabilityVector.objects.count()
+    assert RoutingCalibration.objects.get().capabilities == 6

@@ -121,3 +121,22 @@ def test_a_negative_case_routed_to_its_own_capability_weighs_on_the_cut_off():
     wrong_unfiltered = ~right & ~oos & ~filtered
     assert wrong_unfiltered.sum() >= 1
     assert np.isclose(F[wrong_unfiltered, 2], float((examples[0] @ inside[0]).max())).any()
+
+
+@pytest.mark.django_db
+def test_changes_in_a_row_queue_one_recalibration_until_it_starts(registry_ready):
+    from reach_platform.celery import app
+    from routing import snapshot
+    from routing.tasks import RECALIBRATE_PENDING_KEY, recalibrate, recalibrate_soon
+
+    snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)
+    try:
+        # given an import's embedding tasks each signalling changed vectors, then one recalibration is queued
+        assert recalibrate_soon() is True
+        assert [recalibrate_soon() for _ in range(19)] == [False] * 19
+        # when it starts (run here as a worker would), then it reads the registry and the next change queues anew
+        assert recalibrate()["capabilities"] == 6
+        assert recalibrate_soon() is True
+    finally:
+        snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)
+        app.control.purge()  # the queued messages: no worker of another test should fit this test's registry

@@ -304,7 +304,7 @@ def peak_rss_mb(pgid: int) -> dict[str, float]:
     return {str(pid): value for pid in group_pids(pgid) if (value := rss_mb(pid, "VmHWM")) is not None}
 
 
-def start_worker(db_name: str, *, concurrency: int | None = None, **env_overrides: str):
+def start_worker(db_name: str, *, concurrency: int | None = None, name: str = "", **env_overrides: str):
     """Start a Celery worker as production starts it (reach_platform.serving.worker_command) on ``db_name`` and
     wait until it answers a ping. Returns the process (its own session: stop it with os.killpg)."""
     import subprocess
@@ -316,7 +316,9 @@ def start_worker(db_name: str, *, concurrency: int | None = None, **env_override
 
     env = dict(os.environ, DATABASE_URL=settings.DATABASE_URL, REACH_DB_NAME=db_name, REDIS_URL=settings.REDIS_URL,
                DEBUG="false", LOG_LEVEL="WARNING", **env_overrides)
-    worker = subprocess.Popen(worker_command(concurrency=concurrency), cwd=Path(__file__).resolve().parent.parent,
+    extra = ["-n", f"{name}@%h"] if name else None
+    worker = subprocess.Popen(worker_command(concurrency=concurrency, extra=extra),
+                              cwd=Path(__file__).resolve().parent.parent,
                               env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         if app.control.ping(timeout=0.5):

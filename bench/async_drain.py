@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--latency-ms", type=int, default=2000)
     parser.add_argument("--worker-concurrency", type=int, default=500)
+    parser.add_argument("--worker-processes", type=int, default=int(os.environ.get("WORKER_PROCESSES", "1")),
+                        help="Celery worker processes on the node (one per core is how web workers run)")
     parser.add_argument("--submitters", type=int, default=64)
     parser.add_argument("--wait", type=float, default=120)
     parser.add_argument("--port", type=int, default=8768)
@@ -79,7 +81,8 @@ def main() -> None:
     env = dict(REACH_CALLER_MAX_QPS="100000", REACH_CALLER_MAX_CONCURRENCY="100000", REACH_WARM_UP="0",
                REACH_CALLBACK_ALLOWED_NETWORKS="127.0.0.0/8")
     web, gateway = serve_gateway("reach_bench_drain", args.port, **env)
-    worker = start_worker("reach_bench_drain", concurrency=args.worker_concurrency, **env)
+    workers = [start_worker("reach_bench_drain", concurrency=args.worker_concurrency, name=f"drain{k}", **env)
+               for k in range(args.worker_processes)]
     receiver = Receiver()
 
     async def scenario():
@@ -103,11 +106,12 @@ def main() -> None:
         t0, submit_s, submitted = asyncio.run(scenario())
         stats = httpx.get(f"{agent_url}/stats", timeout=10).json()
     finally:
-        for proc in (web, agents, worker):
+        for proc in (web, agents, *workers):
             os.killpg(proc.pid, signal.SIGTERM)
     executions = stats["executions"]
     figures = {
         "tasks": args.tasks, "latency_ms": args.latency_ms, "worker_concurrency": args.worker_concurrency,
+        "worker_processes": args.worker_processes,
         "submitted": submitted.ok, "submit_errors": submitted.errors, "submit_s": round(submit_s, 2),
         "drain_s": round(receiver.last_at - t0, 2) if receiver.received else None,
         "callbacks": len(receiver.received), "lost": submitted.ok - len(receiver.received),

@@ -10,7 +10,12 @@ Test hooks (not part of A2A): ``GET /stats`` (executions per message id and task
 (``{"card_url": "...", "card_name": "...", "extra_skill": "...", "reset": true}`` change the card it serves, as an
 agent that rewrites its own card would; ``latency_ms`` delays every answer).
 
+Push notifications (``--push``): the card declares ``pushNotifications`` and the agent delivers each task event
+to the push config a client sends (a2a-sdk's push sender; the config's token as ``X-A2A-Notification-Token``).
+Off by default, as in the TCK's own reference agent.
+
 Usage: python examples/a2a_agent.py [--descriptor examples/descriptors/order-agent.yaml] [--host H] [--port P]
+       [--push]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import uvicorn
 import yaml
 from a2a.helpers.proto_helpers import new_task
@@ -29,6 +35,8 @@ from a2a.server.agent_execution.context import RequestContext
 from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks.base_push_notification_sender import BasePushNotificationSender
+from a2a.server.tasks.inmemory_push_notification_config_store import InMemoryPushNotificationConfigStore
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
 from a2a.server.tasks.task_updater import TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill, Part, TaskState
@@ -65,8 +73,9 @@ def message_input(message) -> tuple[str, dict]:
 
 
 class ExampleState:
-    def __init__(self, descriptor: dict, base_url: str):
+    def __init__(self, descriptor: dict, base_url: str, push: bool = False):
         self.descriptor = descriptor
+        self.push = push
         self.base_url = base_url.rstrip("/")
         self.executions: Counter = Counter()
         self.tasks: Counter = Counter()
@@ -97,7 +106,7 @@ class ExampleState:
                 AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
                 AgentInterface(url=f"{url}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
             ],
-            capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+            capabilities=AgentCapabilities(streaming=True, push_notifications=self.push),
             default_input_modes=MODES, default_output_modes=MODES, skills=skills,
         )
 
@@ -126,14 +135,16 @@ class ExampleExecutor(AgentExecutor):
         self.state.tasks[task_id] += 1
         self.state.contexts[mid] = context_id
         self.state.texts[mid] = message_input(message)[0]
-        if self.state.faults.get("latency_ms"):
-            await asyncio.sleep(self.state.faults["latency_ms"] / 1000)
         follow_up = context.current_task is not None  # the answer to an input-required turn
         text_file = Part(raw=b"tck", media_type="text/plain", filename="output.txt")
-        if context.current_task is None and not mid.startswith(("tck-message-response", "tck-reject-task")):
-            # a2a-sdk 1.x: the executor creates the task before its first status update
+        created = context.current_task is None and not mid.startswith(("tck-message-response", "tck-reject-task"))
+        if created:  # a2a-sdk 1.x: the executor creates the task before its first status update
             await event_queue.enqueue_event(new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED,
                                                      history=[message]))
+        if self.state.faults.get("latency_ms"):  # after the task exists: returnImmediately answers at once
+            if created:
+                await updater.start_work()
+            await asyncio.sleep(self.state.faults["latency_ms"] / 1000)
         streamed = {"tck-stream-artifact-text": "Streamed text content", "tck-stream-ordering-001": "Ordered output",
                     "tck-stream-001": "Stream hello from TCK", "tck-stream-003": "Stream task lifecycle"}
         # longest prefixes first: "tck-artifact-file-url" before "tck-artifact-file"
@@ -191,10 +202,15 @@ class ExampleExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def build_app(descriptor: dict, base_url: str) -> tuple[Starlette, ExampleState]:
-    state = ExampleState(descriptor, base_url)
+def build_app(descriptor: dict, base_url: str, push: bool = False) -> tuple[Starlette, ExampleState]:
+    state = ExampleState(descriptor, base_url, push)
+    push_options = {}
+    if push:
+        configs = InMemoryPushNotificationConfigStore()
+        push_options = {"push_config_store": configs,
+                        "push_sender": BasePushNotificationSender(httpx.AsyncClient(timeout=10), configs)}
     handler = DefaultRequestHandler(agent_executor=ExampleExecutor(state), task_store=InMemoryTaskStore(),
-                                    agent_card=state.card(), validate_input_modes=True)
+                                    agent_card=state.card(), validate_input_modes=True, **push_options)
 
     async def card_modifier(_card: AgentCard) -> AgentCard:
         return state.card()
@@ -254,10 +270,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--descriptor", default=str(DEFAULT_DESCRIPTOR))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9201)
+    parser.add_argument("--push", action="store_true", help="Declare and deliver push notifications.")
     args = parser.parse_args(argv)
     descriptor = yaml.safe_load(Path(args.descriptor).read_text(encoding="utf-8"))
-    app, _ = build_app(descriptor, f"http://{args.host}:{args.port}")
-    print(f"a2a agent {descriptor['agent']['endpoint_id']} on http://{args.host}:{args.port}", flush=True)
+    app, _ = build_app(descriptor, f"http://{args.host}:{args.port}", push=args.push)
+    print(f"a2a agent {descriptor['agent']['endpoint_id']} on http://{args.host}:{args.port}"
+          f"{' (push notifications)' if args.push else ''}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

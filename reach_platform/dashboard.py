@@ -5,6 +5,7 @@ figures only (registry.permissions decides who sees every team)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -48,8 +49,37 @@ def _rate(ok: int, failed: int) -> float | None:
     return ok / (ok + failed) if ok + failed else None
 
 
-def _window(label: str, since: datetime, endpoints: list[str] | None) -> dict:
-    statuses = routing_selectors.invokes_by_status(since=since, endpoints=endpoints)
+class Counts:
+    """The dashboard's task counts, summed from one scan (routing.selectors.task_counts)."""
+
+    def __init__(self, now: datetime, endpoints: list[str] | None):
+        self.rows = routing_selectors.task_counts(since=now - timedelta(days=1), recent_since=now - timedelta(hours=1),
+                                                  endpoints=endpoints)
+
+    def by_status(self, *, recent: bool) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for row in self.rows:
+            if row["recent"] or not recent:
+                out[row["status"]] += row["n"]
+        return out
+
+    def by_agent(self, *, recent: bool) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for row in self.rows:
+            if row["recent"] or not recent:
+                out[row["agent_endpoint"]][row["status"]] += row["n"]
+        return out
+
+    def per_hour(self) -> dict[datetime, dict[str, int]]:
+        out: dict[datetime, dict[str, int]] = defaultdict(lambda: {"ok": 0, "failed": 0, "other": 0})
+        for row in self.rows:
+            status = row["status"]
+            kind = "ok" if status == TaskStatus.SUCCEEDED else "failed" if status in routing_selectors.FAILED else "other"
+            out[row["hour"]][kind] += row["n"]
+        return out
+
+
+def _window(label: str, since: datetime, statuses: dict[str, int], endpoints: list[str] | None) -> dict:
     ok, failed, other = _split(statuses)
     latency = routing_selectors.attempt_latency(since=since, endpoints=endpoints)
     tasks = {"created_at__gte": _since(since)}
@@ -61,12 +91,12 @@ def _window(label: str, since: datetime, endpoints: list[str] | None) -> dict:
             "failed_link": _link("routing_task_changelist", status__exact=TaskStatus.FAILED, **tasks)}
 
 
-def _agents(now: datetime, scope: set[int] | None, endpoints: list[str] | None) -> tuple[list[dict], dict]:
-    hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+def _agents(now: datetime, counts: Counts, scope: set[int] | None,
+            endpoints: list[str] | None) -> tuple[list[dict], dict]:
+    day = now - timedelta(days=1)
     overview = registry_selectors.agents_overview(team_ids=scope)
     open_ids = breaker.open_instances([i["pk"] for a in overview for i in a["instances"]])
-    by_day = routing_selectors.invokes_by_agent(since=day, endpoints=endpoints)
-    by_hour = routing_selectors.invokes_by_agent(since=hour, endpoints=endpoints)
+    by_day, by_hour = counts.by_agent(recent=False), counts.by_agent(recent=True)
     latency = routing_selectors.attempt_latency_by_agent(since=day, endpoints=endpoints)
     liveness = {"online": 0, "suspect": 0, "offline": 0}
     rows, open_instances = [], []
@@ -106,9 +136,9 @@ def _agents(now: datetime, scope: set[int] | None, endpoints: list[str] | None) 
     return rows, instances
 
 
-def _hourly(now: datetime, endpoints: list[str] | None) -> str:
+def _hourly(now: datetime, counts: Counts) -> str:
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    series = routing_selectors.invokes_per_hour(since=start, endpoints=endpoints)
+    series = counts.per_hour()
     points = []
     for k in range(24):
         hour = start + timedelta(hours=k)
@@ -134,7 +164,8 @@ def dashboard_context(user: Any, *, now: datetime | None = None) -> dict:
     scope = None if sees_all_teams(user) else team_ids(user)
     endpoints = registry_selectors.agent_endpoints(team_ids=scope)
     slugs = registry_selectors.team_slugs(team_ids=scope)
-    agents, instances = _agents(now, scope, endpoints)
+    counts = Counts(now, endpoints)
+    agents, instances = _agents(now, counts, scope, endpoints)
     queue = None
     if is_reviewer(user) or user.has_perm("reviews.view_reviewitem"):
         queue = review_selectors.queue_summary()
@@ -143,9 +174,9 @@ def dashboard_context(user: Any, *, now: datetime | None = None) -> dict:
     return {
         "now": now, "refresh_s": REFRESH_S, "scope": "every team" if scope is None else ", ".join(sorted(slugs or []))
         or "no team",
-        "windows": [_window("Last hour", now - timedelta(hours=1), endpoints),
-                    _window("Last day", now - timedelta(days=1), endpoints)],
-        "hourly": _hourly(now, endpoints), "agents": agents, "instances": instances, "queue": queue,
+        "windows": [_window("Last hour", now - timedelta(hours=1), counts.by_status(recent=True), endpoints),
+                    _window("Last day", now - timedelta(days=1), counts.by_status(recent=False), endpoints)],
+        "hourly": _hourly(now, counts), "agents": agents, "instances": instances, "queue": queue,
         "outbox": {**outbox, "dead_link": _link("routing_callbackdelivery_changelist", status__exact="dead"),
                    "pending_link": _link("routing_callbackdelivery_changelist", status__exact="pending")},
         "costs": _costs(now, slugs),

@@ -2,8 +2,9 @@
 
 Steps: DEBUG on (a development server; said on start), embedded services (when DATABASE_URL / REDIS_URL are
 unset), migrate, admin user, an example caller with its token, import examples/ as ACTIVE, issue the example
-agents' keys, then start the web server (uvicorn), a Celery worker, Celery beat and the
-example agents (which register and heartbeat), and print the URLs.
+agents' keys, then start the web server (uvicorn), a Celery worker, Celery beat, the
+example agents (which register and heartbeat) and the example A2A agent (examples/a2a_agent.py --push, registered
+from its agent card through the card import service and activated), and print the URLs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from reach_platform.local_services import DATA_DIR
 
 BASE = Path(__file__).resolve().parent.parent
 PY = sys.executable
+A2A_DESCRIPTOR = "examples/a2a/shipment-agent.yaml"
+A2A_PORT = 9201  # plus REACH_AGENT_PORT_OFFSET, as the other example agents
 
 
 def manage(*args: str, capture: bool = False) -> str:
@@ -41,6 +44,29 @@ def wait_for_agents(timeout: float = 60) -> None:
             return
         time.sleep(0.5)
     print(f"agents not registered after {timeout:.0f} s: {sorted(expected - live)}", flush=True)
+
+
+def register_a2a_agent(url: str) -> str:
+    """Register the example A2A agent from its card (once: a later start finds it registered), activate its
+    skills' drafts (an admin may activate unreviewed drafts; a real team submits them for review) and say so."""
+    from registry.a2a_cards import agent_card_import, card_location
+    from registry.choices import VersionState
+    from registry.models import AgentCard, CapabilityVersion
+    from registry.services import capability_version_activate
+
+    record = AgentCard.objects.filter(card_url=card_location(url)).select_related("agent").first()
+    if record is None:
+        record = agent_card_import(url=url, team="logistics", environment="dev", actor_label="make run")
+        for version in CapabilityVersion.objects.filter(capability__agent=record.agent, state=VersionState.DRAFT):
+            capability_version_activate(version=version, actor_label="make run")
+        # the worker embeds the activated versions (queued on activation): routable once their centroid exists
+        deadline = time.time() + 120
+        while time.time() < deadline and CapabilityVersion.objects.filter(
+                capability__agent=record.agent, state=VersionState.ACTIVE).exclude(vectors__kind="centroid").exists():
+            time.sleep(0.5)
+    skills = ", ".join(s.get("id", "") for s in record.card.get("skills") or [])
+    push = " (push notifications)" if (record.card.get("capabilities") or {}).get("pushNotifications") else ""
+    return f"{record.agent.endpoint_id}{push}, registered from its card {record.card_url}: {skills}"
 
 
 def main() -> None:
@@ -67,6 +93,7 @@ def main() -> None:
     host = os.environ.get("REACH_HOST", "127.0.0.1")
     port = os.environ.get("REACH_PORT", "8000")
     gateway = f"http://{host}:{port}"
+    env.setdefault("REACH_PUBLIC_URL", gateway)  # where A2A agents push their task updates
     data = DATA_DIR
     manage("migrate", "--no-input", "-v", "0")
     admin_line = manage("reach_ensure_admin", capture=True)
@@ -97,9 +124,23 @@ def main() -> None:
     start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
                      "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
     wait_for_agents()
+    a2a_url = f"http://{host}:{A2A_PORT + int(os.environ.get('REACH_AGENT_PORT_OFFSET', '0'))}"
+    start("a2a agent", [PY, "examples/a2a_agent.py", "--descriptor", A2A_DESCRIPTOR, "--host", host, "--port",
+                        a2a_url.rsplit(":", 1)[1], "--push"])
+    for _ in range(150):
+        try:
+            if httpx.get(f"{a2a_url}/.well-known/agent-card.json", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    a2a_line = register_a2a_agent(a2a_url)
+    a2a_id = a2a_line.split(" ", 1)[0]
 
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
-          f"  API       {gateway}/api/v1/\n  {admin_line}\n  Caller token ({caller}): {caller_token}\n"
+          f"  API       {gateway}/api/v1/\n  MCP       {gateway}/mcp\n"
+          f"  A2A agent {a2a_line}\n"
+          f"  A2A door  {gateway}/a2a/{a2a_id}/.well-known/agent-card.json\n"
+          f"  {admin_line}\n  Caller token ({caller}): {caller_token}\n"
           f"(Ctrl-C stops everything)\n", flush=True)
 
     def stop(*_):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import itertools
 import logging
 import os
 import threading
@@ -151,9 +152,10 @@ def _clients_here():
         import redis.asyncio as aioredis
         from django.conf import settings
 
-        limits = httpx.Limits(max_connections=int(settings.REACH["HTTP_MAX_CONNECTIONS"]),
-                              max_keepalive_connections=int(settings.REACH["HTTP_MAX_CONNECTIONS"]))
-        http_client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        shards = max(1, int(settings.REACH["HTTP_POOL_SHARDS"]))
+        per_shard = max(1, int(settings.REACH["HTTP_MAX_CONNECTIONS"]) // shards)
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        http_client = _Shards([httpx.AsyncClient(limits=limits, follow_redirects=False) for _ in range(shards)])
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL,
                                                         max_connections=int(settings.REACH["REDIS_CONNECTIONS"]),
                                                         timeout=10)
@@ -162,9 +164,27 @@ def _clients_here():
     return entry
 
 
+class _Shards:
+    """The loop's outbound clients. httpcore's connection pool scans every connection and every waiting request
+    each time one starts or ends, so its cost per request grows with the calls in flight (with 256 calls to slow
+    agents in flight, 37 % of the loop's time went there: bench/slow_agents.py under py-spy). Calls go to one of
+    ``REACH_HTTP_POOL_SHARDS`` pools in turn, each holding a share of the connections."""
+
+    def __init__(self, clients: list):
+        self.clients = clients
+        self.turn = itertools.cycle(clients)
+
+    def next(self):
+        return next(self.turn)
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
 def http():
-    """The loop's shared ``httpx.AsyncClient`` (one connection pool for every outbound call)."""
-    return _clients_here()[1]
+    """One of the loop's shared ``httpx.AsyncClient`` pools, in turn (see ``_Shards``): use it for one call."""
+    return _clients_here()[1].next()
 
 
 def redis():

@@ -267,10 +267,17 @@ REACH: dict[str, Any] = {
     # its outcome; polling of http-async agents' status URLs.
     "DB_THREADS": int(env_float("REACH_DB_THREADS", 16)),
     "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
+    # outbound pools per process (reach_platform.engine._Shards): each scans only its own connections, so 16
+    # divide that cost by 16 while every shard still keeps its own keep-alive connections to a busy agent
+    "HTTP_POOL_SHARDS": int(env_float("REACH_HTTP_POOL_SHARDS", 16)),
     "REDIS_CONNECTIONS": int(env_float("REACH_REDIS_CONNECTIONS", 64)),
     "DUPLICATE_WAIT_S": env_float("REACH_DUPLICATE_WAIT_S", 60),
     "POLL_CONCURRENCY": int(env_float("REACH_POLL_CONCURRENCY", 32)),
     "POLL_TIMEOUT_S": env_float("REACH_POLL_TIMEOUT_S", 5),
+    # The gateway's own base URL as agents reach it (e.g. https://reach.example.com). With it, A2A agents whose
+    # card declares pushNotifications get a push config for async tasks (POST <PUBLIC_URL>/a2a-push/...); without
+    # it the gateway follows their tasks by GetTask polling.
+    "PUBLIC_URL": os.environ.get("REACH_PUBLIC_URL", "").rstrip("/"),
     # Canary releases: a canary is compared with its capability's stable version over the attempts since it went
     # live; with at least CANARY_MIN_SAMPLE attempts it is rolled back when its success rate is lower by more than
     # CANARY_SUCCESS_MARGIN, or its p95 latency higher by more than CANARY_LATENCY_MARGIN (a ratio).

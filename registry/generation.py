@@ -26,3 +26,13 @@ def bump_generation() -> None:
     """Renew the token once the current transaction commits (at once outside one): a process that rebuilt its
     snapshot from the old rows in between would otherwise keep the stale snapshot until the next change."""
     transaction.on_commit(lambda: redis_client().set(GENERATION_KEY, uuid.uuid4().hex))
+
+
+TOOLS_CHANNEL = "reach:registry:versions-changed"
+
+
+def announce_versions_changed() -> None:
+    """Tell every gateway node, once the current transaction commits, that the set of ACTIVE capability versions
+    changed (an activation, a retirement, a promotion, a rollback): the MCP server tells its clients that the
+    tool list changed (routing.mcp_server)."""
+    transaction.on_commit(lambda: redis_client().publish(TOOLS_CHANNEL, "changed"))

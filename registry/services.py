@@ -18,7 +18,7 @@ from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDe
 from registry.audit import audit, audit_row, audit_rows_write, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
 from registry.descriptors import schema_problems
-from registry.generation import bump_generation
+from registry.generation import announce_versions_changed, bump_generation
 from registry.models import (
     Agent,
     AllowlistEntry,
@@ -362,6 +362,7 @@ def capability_versions_activate(*, versions: list[CapabilityVersion], actor=Non
     bump_generation()  # update() sends no post_save: routing's snapshot must still see the new states
     for start in range(0, len(ids), EMBED_TASK_VERSIONS):
         transaction.on_commit(_embed_later(ids[start:start + EMBED_TASK_VERSIONS]))
+    announce_versions_changed()  # MCP sessions hear that their tools changed (on commit)
     return out
 
 

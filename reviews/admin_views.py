@@ -144,7 +144,7 @@ def queue_item(model_admin, request, pk: int):
         "capabilities": list(Capability.objects.filter(versions__state=VersionState.ACTIVE).distinct()
                              .values_list("name", "agent__endpoint_id").order_by("name")),
         "task_url": reverse("admin:routing_task_change", args=[item.pk]),
-        "children": list(type(item).objects.filter(parent_request_id=item.request_id)
+        "children": list(type(item).objects.filter(parent_request_id=item.key)
                          .values("request_id", "status", "capability_requested")),
     }
     return TemplateResponse(request, "admin/reviews/reviewitem/triage.html", context)

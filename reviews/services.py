@@ -19,7 +19,7 @@ from reach_platform.errors import Conflict, InvalidInput, PermissionDenied
 from registry.audit import audit
 from registry.choices import ACTIONS, VersionState
 from registry.descriptors import MIN_EXAMPLES, MIN_NEGATIVES, schema_problems
-from registry.generation import bump_generation
+from registry.generation import announce_versions_changed, bump_generation
 from registry.models import Capability, CapabilityVersion
 from registry.permissions import can_read_any_task, ensure_can_edit_team, is_reviewer, is_team_member_of
 from registry.services import capability_version_activate, capability_version_draft_create
@@ -145,6 +145,7 @@ def capability_version_promote(*, version: CapabilityVersion, actor) -> Capabili
     audit(action="version.promoted", target=version, actor=actor,
           before={"is_canary": True, "canary_share": version.canary_share}, after={"is_canary": False})
     transaction.on_commit(bump_generation)
+    announce_versions_changed()
     version.refresh_from_db()
     return version
 
@@ -163,6 +164,7 @@ def capability_version_rollback(*, version: CapabilityVersion, actor=None, reaso
           after={"state": VersionState.RETIRED, "rolled_back": True, "reason": reason, "stats": stats})
     logger.warning("canary rolled back", extra={"version": str(version), "reason": reason})
     transaction.on_commit(bump_generation)
+    announce_versions_changed()
     version.refresh_from_db()
     return version
 

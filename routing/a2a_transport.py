@@ -6,6 +6,13 @@ The message carries the task text as a text part, the payload as a data part, ou
 a Task and its artifacts) becomes the attempt's result; a Task still submitted or working is followed by
 ``GetTask`` polling until it ends or the attempt's timeout passes, when it is cancelled with ``CancelTask``.
 
+Push: for an async task (nobody holds a connection open for it) to an agent whose registered card declares
+``pushNotifications``, when the gateway knows its public URL (``REACH_PUBLIC_URL``), the message goes with
+``returnImmediately`` and a push config: ``<PUBLIC_URL>/a2a-push/<task>/<instance>`` and a token only the gateway
+can make for that task and instance (``push_token``). A task the agent has not finished then ends the attempt as
+ACCEPTED; its updates come to ``routing.lifecycle.task_a2a_push`` and go through the one state machine there.
+A sync caller is waiting on this coroutine anyway: its task is polled as before.
+
 Before a call the agent's card is checked against the one registered (registry.a2a_cards): a flagged card, or a
 served card whose name or JSON-RPC URL differs, is a fingerprint mismatch and nothing is sent. Returns the
 gateway's ``(outcome, status, result, error, usage)``; the gateway keeps its rules (retries, breaker, fallback,
@@ -20,6 +27,8 @@ import uuid
 from typing import Any
 
 import httpx
+from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 from reach_platform import engine
 from routing.choices import AttemptOutcome
@@ -60,7 +69,7 @@ def build_message(ctx, payload: dict, agent: str) -> dict:
 
 def result_of(parts: list[dict]) -> Any:
     """A lone data part is the result as is (our agents answer JSON); else the texts joined as ``answer`` with
-    every part kept."""
+    every part kept (and ``kind: message`` when the agent answered with a Message)."""
     data = [p["data"] for p in parts if "data" in p]
     if len(data) == 1 and len(parts) == 1:
         return data[0]
@@ -85,6 +94,22 @@ def outcome_of_task(task: dict) -> tuple[str, Any, str]:
     return AttemptOutcome.SERVER_ERROR, None, f"A2A task ended {state}{': ' + said if said else ''}"
 
 
+PUSH_PATH = "/a2a-push/"
+
+
+def push_token(task_pk: int, instance_pk: int) -> str:
+    """The token a push for our task ``task_pk``, sent to instance ``instance_pk``, must carry (an HMAC under the
+    gateway's secret key: nothing stored, and useless for any other task or instance)."""
+    return salted_hmac("reach.a2a-push", f"{task_pk}:{instance_pk}", algorithm="sha256").hexdigest()
+
+
+def push_config(ctx, instance, registered: dict) -> dict | None:
+    base = settings.REACH.get("PUBLIC_URL") or ""
+    if ctx.mode != "async" or ctx.task_pk is None or not base or not registered.get("push"):
+        return None
+    return {"url": f"{base}{PUSH_PATH}{ctx.task_pk}/{instance.id}", "token": push_token(ctx.task_pk, instance.id)}
+
+
 async def _registered_card(agent_id: int) -> dict | None:
     cached = _registered.get(agent_id)
     if cached and time.monotonic() - cached[0] < CARD_TTL_S:
@@ -94,8 +119,11 @@ async def _registered_card(agent_id: int) -> dict | None:
         from registry.models import AgentCard
 
         row = AgentCard.objects.filter(agent_id=agent_id).values("card_url", "name", "rpc_url", "flagged",
-                                                                 "flag_reason").first()
-        return dict(row) if row else None
+                                                                 "flag_reason", "card").first()
+        if not row:
+            return None
+        card = row.pop("card") or {}
+        return {**row, "push": bool((card.get("capabilities") or {}).get("pushNotifications"))}
 
     value = await engine.db(read)
     _registered[agent_id] = (time.monotonic(), value)
@@ -163,14 +191,23 @@ async def call(instance, version, payload: dict, ctx, headers: dict, timeout: fl
     if mismatch:
         return AttemptOutcome.FINGERPRINT, None, None, mismatch, None
     deadline = time.monotonic() + timeout
-    status, data = await _rpc(instance.url, "SendMessage", {"message": build_message(ctx, payload, version.agent)},
-                              headers, timeout)
+    params: dict = {"message": build_message(ctx, payload, version.agent)}
+    push = push_config(ctx, instance, await _registered_card(version.agent_id) or {})
+    if push:
+        params["configuration"] = {"taskPushNotificationConfig": push, "returnImmediately": True}
+    status, data = await _rpc(instance.url, "SendMessage", params, headers, timeout)
     if status >= 400 or "error" in data or not isinstance(data.get("result"), dict):
         return _error(status, data)
     result = data["result"]
     if "message" in result:
-        return AttemptOutcome.SUCCESS, status, result_of(result["message"].get("parts") or []), "", None
+        value = result_of(result["message"].get("parts") or [])
+        if isinstance(value, dict) and "parts" in value:
+            value["kind"] = "message"  # the agent answered with a Message, not a task: the A2A door says so too
+        return AttemptOutcome.SUCCESS, status, value, "", None
     task = result.get("task") or {}
+    if push and (task.get("status") or {}).get("state") not in TERMINAL | INTERRUPTED:
+        return AttemptOutcome.ACCEPTED, status, {"task_id": task.get("id", ""), "context_id": task.get("contextId", ""),
+                                                 "push": True}, "", None
     delay = 0.05
     while (task.get("status") or {}).get("state") not in TERMINAL | INTERRUPTED:
         left = deadline - time.monotonic()
@@ -188,6 +225,27 @@ async def call(instance, version, payload: dict, ctx, headers: dict, timeout: fl
         await _cancel(instance.url, task.get("id", ""), headers)
     outcome, value, error = outcome_of_task(task)
     return outcome, status, value, error, None
+
+
+async def get_task(url: str, task_id: str) -> dict | None:
+    """The agent's task (``GetTask``), or None when it cannot be read."""
+    try:
+        status, data = await _rpc(url, "GetTask", {"id": task_id}, {}, 5.0)
+    except httpx.HTTPError:
+        return None
+    result = data.get("result")
+    return result if status == 200 and isinstance(result, dict) else None
+
+
+def get_task_sync(url: str, task_id: str) -> dict | None:
+    """``GetTask`` from sync code (the push endpoint)."""
+    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": "GetTask", "params": {"id": task_id}}
+    try:
+        response = httpx.post(url, json=body, headers={"A2A-Version": A2A_VERSION}, timeout=5.0)
+        result = response.json().get("result")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return result if response.status_code == 200 and isinstance(result, dict) else None
 
 
 def cancel_sync(url: str, task_id: str) -> bool:

@@ -8,6 +8,7 @@ from reach_platform.jsonsafe import clean_form_json
 from registry.admin_audit import AuditedAdmin
 from routing.callbacks import delivery_replay
 from routing.models import (
+    A2APushConfig,
     AgentSession,
     Attempt,
     CallbackDelivery,
@@ -63,9 +64,9 @@ class TaskAdmin(admin.ModelAdmin):
     list_display = ["request_id", "status", "fallback", "agent_endpoint", "capability_label", "decision_kind",
                     "score", "attempts_count", "created_at"]
     list_filter = ["status", "fallback", "mode"]
-    search_fields = ["request_id", "trace_id", "agent_endpoint", "capability_label", "task_text"]
+    search_fields = ["request_id", "key", "trace_id", "agent_endpoint", "capability_label", "task_text"]
     date_hierarchy = "created_at"
-    readonly_fields = ["request_id", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
+    readonly_fields = ["request_id", "key", "status", "fallback", "mode", "caller", "task_text", "capability_requested",
                        "payload", "why", "cost", "agent_endpoint", "capability_label", "result", "error", "attempts_count",
                        "retry_budget", "depth", "call_path", "trace_id", "parent_request_id", "callback_url",
                        "created_at", "updated_at"]
@@ -84,7 +85,7 @@ class TaskAdmin(admin.ModelAdmin):
     def cost(self, obj):
         from ledger.models import CostEntry
 
-        entries = list(CostEntry.objects.filter(request_id=obj.request_id).order_by("attempt_number"))
+        entries = list(CostEntry.objects.filter(request_id=obj.key).order_by("attempt_number"))
         if not entries:
             return "—"
         rows = [(e.attempt_number, e.agent_endpoint, e.input_tokens, e.output_tokens,
@@ -137,6 +138,22 @@ class RoutingCalibrationAdmin(admin.ModelAdmin):
         return False
 
 
+@admin.register(A2APushConfig)
+class A2APushConfigAdmin(admin.ModelAdmin):
+    """A2A push-notification configs of callers' tasks (made through the A2A door; read-only here)."""
+
+    list_display = ["task_request_id", "config_id", "caller", "url", "created_at"]
+    search_fields = ["task_request_id", "config_id", "url"]
+    readonly_fields = ["caller", "task_request_id", "config_id", "url", "auth_scheme", "created_at"]
+    exclude = ["token", "auth_credentials"]  # secrets of the caller's webhook: not shown
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(CallbackDelivery)
 class CallbackDeliveryAdmin(admin.ModelAdmin):
     """The callback outbox; dead letters can be replayed, one or many."""
@@ -144,8 +161,8 @@ class CallbackDeliveryAdmin(admin.ModelAdmin):
     list_display = ["task", "url", "status", "attempts", "last_error", "created_at", "delivered_at", "dead_at"]
     list_filter = ["status"]
     search_fields = ["task__request_id", "url"]
-    readonly_fields = ["task", "url", "body", "status", "attempts", "last_error", "created_at", "delivered_at",
-                       "dead_at"]
+    readonly_fields = ["task", "url", "body", "push_config", "status", "attempts", "last_error", "created_at",
+                       "delivered_at", "dead_at"]
     actions = ["replay"]
 
     @admin.action(description="Replay the selected dead letters")

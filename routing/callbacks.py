@@ -19,6 +19,7 @@ from registry.audit import audit
 from routing.models import CallbackDelivery, CallerSecret, Task
 
 SIGNATURE_HEADER = "X-Reach-Signature"
+PUSH_TOKEN_HEADER = "X-A2A-Notification-Token"
 ALLOWED_SETTING = "REACH_CALLBACK_ALLOWED_NETWORKS"
 
 
@@ -72,16 +73,29 @@ def dispatch(delivery_id: int) -> None:
 
 def _attempt_start(delivery_id: int):
     """Count the attempt; returns what to send, or None when the delivery is no longer pending."""
-    delivery = CallbackDelivery.objects.select_related("task").get(pk=delivery_id)
-    if delivery.status != CallbackDelivery.Status.PENDING:
-        return None
+    delivery = CallbackDelivery.objects.select_related("task", "push_config").filter(pk=delivery_id).first()
+    if delivery is None or delivery.status != CallbackDelivery.Status.PENDING:
+        return None  # delivered, dead, or its A2A push config was deleted
     raw = json.dumps(delivery.body, sort_keys=True, separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json", "X-Reach-Request-Id": delivery.task.request_id}
+    headers = {"Content-Type": "application/json", "X-Reach-Request-Id": delivery.task.request_id,
+               **_push_headers(delivery.push_config)}
     if delivery.task.caller_id:
         headers[SIGNATURE_HEADER] = sign(caller_secret(delivery.task.caller), raw)
     attempts = delivery.attempts + 1
     CallbackDelivery.objects.filter(pk=delivery.pk).update(attempts=attempts)
     return delivery.url, raw, headers, attempts
+
+
+def _push_headers(config) -> dict:
+    """An A2A push notification's headers (A2A 4.3.3): the config's token and its authentication."""
+    if config is None:
+        return {}
+    headers = {}
+    if config.token:
+        headers[PUSH_TOKEN_HEADER] = config.token
+    if config.auth_scheme:
+        headers["Authorization"] = f"{config.auth_scheme} {config.auth_credentials}".strip()
+    return headers
 
 
 def _attempt_end(delivery_id: int, ok: bool, error: str, attempts: int) -> None:

@@ -62,8 +62,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
                                    TaskStatus.MANUAL_REVIEW, TaskStatus.CANCELLED, TaskStatus.INPUT_REQUIRED}),
     # an A2A agent asked the caller: the caller's answer (a repeat of the request_id with "answer") runs it again
     TaskStatus.INPUT_REQUIRED: frozenset({TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    # an A2A agent that took an async task may come back with a question (by push or when read)
     TaskStatus.ACCEPTED: frozenset({TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.FAILED,
-                                    TaskStatus.CANCELLED}),
+                                    TaskStatus.CANCELLED, TaskStatus.INPUT_REQUIRED}),
     TaskStatus.NEEDS_CONFIRMATION: frozenset({TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.CANCELLED}),
     TaskStatus.MANUAL_REVIEW: frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED}),
     TaskStatus.FAILED: frozenset({TaskStatus.PENDING, TaskStatus.SUCCEEDED}),

@@ -64,7 +64,7 @@ class Execution:
     instance: InstanceInfo | None = None
     attempts: list[AttemptRecord] = field(default_factory=list)
     fallback: bool = False
-    accepted: bool = False  # an http-async agent ACKed: the outcome comes later by callback
+    accepted: bool = False  # an http-async agent ACKed, or an A2A agent took the task: the outcome comes later
     input_required: bool = False  # an A2A agent asks the caller (result: its question and the A2A task)
     budget_left: int = 0
 
@@ -152,6 +152,8 @@ class CallContext:
     sticky_instance_id: int | None = None  # the open session's instance, tried first
     task_text: str = ""  # the caller's request in words (the a2a transport sends it as a text part)
     a2a_turn: dict | None = None  # the caller's answer to an A2A agent's question: {task_id, context_id, answer, turn}
+    task_pk: int | None = None  # our task's row (A2A push URLs name it: request_ids are unique per caller only)
+    mode: str = "sync"  # an async task's A2A call may return at once and be followed by push
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import uuid
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -38,7 +39,7 @@ from reach_platform.errors import (
     TooManyRequests,
 )
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
-from routing import admission, gateway, resolver, snapshot, waiting
+from routing import admission, gateway, lifecycle, resolver, snapshot, waiting
 from routing.callbacks import check_callback_url
 from routing.choices import Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
@@ -63,12 +64,18 @@ def _reach(key: str):
     return settings.REACH[key]
 
 
+def _random_id() -> str:
+    """128 random bits as hex, for ids that must be unique but not secret (a trace id, a default request_id):
+    ``uuid4`` asks the kernel for them on every call, which showed in the invoke path's profile."""
+    return f"{random.getrandbits(128):032x}"
+
+
 def _trace_from(headers: InvokeHeaders) -> str:
     if headers.trace_id:
         return headers.trace_id[:64]
     if headers.traceparent and len(headers.traceparent.split("-")) == 4:
         return headers.traceparent.split("-")[1]
-    return uuid.uuid4().hex
+    return _random_id()
 
 
 # --- invoke: claim or repeat ------------------------------------------------------------------------------
@@ -77,8 +84,9 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
                 request_id: str | None = None, mode: str = "sync", callback_url: str = "", top_k: int | None = None,
                 user_key: str = "", action: str | None = None, domains: list[str] | None = None,
                 cost_preference: float = 0.0, headers: InvokeHeaders | None = None,
-                redispatch_of: str = "") -> dict:
-    """The new task's columns, after the checks that need no database."""
+                redispatch_of: str = "", door: str = "") -> dict:
+    """The new task's columns, after the checks that need no database. ``door`` names the front door that is
+    not our REST API (``a2a``: its changes are streamed and pushed, ``routing.a2a_push``)."""
     headers = headers or InvokeHeaders()
     if headers.depth >= _reach("MAX_DEPTH"):
         raise InvalidInput(f"Call depth {headers.depth + 1} exceeds the limit of {_reach('MAX_DEPTH')}.",
@@ -86,33 +94,63 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
     budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
                                                                             _reach("RETRY_BUDGET"))
     return dict(
-        request_id=request_id or uuid.uuid4().hex, caller=caller, mode=mode, capability_requested=capability or "",
+        request_id=request_id or _random_id(), caller=caller, mode=mode, capability_requested=capability or "",
         task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
         top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
         call_path=list(headers.call_path), trace_id=_trace_from(headers), parent_request_id=headers.parent_request_id,
         deadline_at=timezone.now() + timedelta(seconds=_reach("TASK_DEADLINE_S")),
         options={"action": action, "domains": domains, "cost_preference": cost_preference,
-                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {})})
+                 "traceparent": headers.traceparent, **({"redispatch_of": redispatch_of} if redispatch_of else {}),
+                 **({"door": door} if door else {})})
 
 
 def claim(fields: dict) -> tuple[Task, bool]:
-    """Insert the task: the unique request_id makes this the claim that lets exactly one of concurrent
-    duplicates run. Returns (task, created); a duplicate gets the existing task. An async task is queued for a
-    worker in the same transaction (sent when it commits); a sync task's PENDING event is written with the
-    rest of its timeline when its run ends (one transaction fewer)."""
+    """Insert the task: the request_id unique per caller makes this the claim that lets exactly one of
+    concurrent duplicates run. Returns (task, created); a duplicate gets the existing task. The task's ``key``
+    is its request_id unless another caller's task holds that already (then a suffixed one: the ids of one
+    caller never block another's). An async task is queued for a worker in the same transaction (sent when it
+    commits); a sync task's PENDING event is written with the rest of its timeline when its run ends (one
+    transaction fewer)."""
     if fields["callback_url"]:
         check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
-    try:
-        with transaction.atomic():
-            row = Task.objects.create(**fields)
-            if row.mode == "async":
-                TaskEvent.objects.create(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
-                from routing.tasks import execute_task
+    caller_pk = getattr(fields["caller"], "pk", 0)
+    keys = [fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
+            f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"]
+    fields = dict(fields)
+    for key in keys:
+        fields["key"] = key
+        try:
+            with transaction.atomic():
+                row = Task.objects.create(**fields)
+                if row.mode == "async":
+                    TaskEvent.objects.create(task=row, at=row.created_at, from_status="",
+                                             to_status=TaskStatus.PENDING)
+                    from routing.tasks import execute_task
 
-                transaction.on_commit(lambda: execute_task.delay(row.pk))
-        return row, True
-    except IntegrityError:  # a concurrent duplicate won the insert: answer from its outcome
-        return Task.objects.get(request_id=fields["request_id"]), False
+                    transaction.on_commit(partial(execute_task.delay, row.pk))
+            return row, True
+        except IntegrityError as exc:
+            mine = _own_task(fields)
+            if mine is not None:  # a concurrent duplicate won the insert: answer from its outcome
+                return mine, False
+            if not _constraint(exc).startswith(KEY_CONSTRAINT):
+                raise
+    raise Conflict("Could not give this request a unique key; send it again.", code="request_id_conflict")
+
+
+KEY_CONSTRAINT = "routing_task_key_"  # the unique index of Task.key, whichever suffix Django gave it
+
+
+def _constraint(exc: IntegrityError) -> str:
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", "") or ""
+
+
+def _own_task(fields: dict) -> Task | None:
+    """The task this caller already holds under this request_id."""
+    if fields["caller"] is None:
+        return Task.objects.filter(caller__isnull=True, request_id=fields["request_id"]).first()
+    return Task.objects.filter(caller=fields["caller"], request_id=fields["request_id"]).first()
 
 
 async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=None, **options) -> Task:
@@ -154,7 +192,7 @@ async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str, a
     """A request_id seen before: never execute twice. A refused sync request (nothing ran) runs again, as a
     retry after a 429 must; a confirmation runs the chosen candidate; otherwise the repeat waits on the event
     loop for the outcome (bounded) and answers with it. Repeats count against the caller's quotas."""
-    if row.caller_id and caller is not None and row.caller_id != caller.pk:
+    if row.caller_id and caller is not None and row.caller_id != caller.pk:  # only a caller-less task's key
         raise Conflict("This request_id belongs to another caller.", code="request_id_conflict")
     await _admit_caller(row.caller_id)
     try:
@@ -296,7 +334,11 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         except BaseException:
             await asyncio.shield(engine.db(_crashed, timeline))
             raise
-        return await asyncio.shield(engine.db(_record, plan, execution))
+        row = await asyncio.shield(engine.db(_record, plan, execution))
+        if row.status == TaskStatus.ACCEPTED and ((row.options or {}).get("a2a") or {}).get("push"):
+            # what the agent pushed before ACCEPTED was written was not applied: read its task once now
+            await asyncio.shield(lifecycle.a2a_follow_up(row))
+        return row
     finally:
         if not quota_held:
             await asyncio.shield(admission.caller_release(row.caller_id))
@@ -320,7 +362,7 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     options = row.options or {}
     with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
             "reach.resolve", context=tracing.parent_context(traceparent),
-            attributes={"reach.request_id": row.request_id}):
+            attributes={"reach.request_id": row.key}):
         resolution = resolver.resolve(task=row.task_text or None, capability=row.capability_requested or None,
                                       payload=row.payload, action=options.get("action"),
                                       domains=options.get("domains"), top_k=row.top_k,
@@ -359,10 +401,10 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
         if not timeline.commit(fields=["options", "decision", "text_hash"]):
             return Plan(row, timeline, [])  # settled meanwhile (reaped, cancelled): nothing to call
     session = _open_session(row, candidates[0].agent) if row.user_key else None
-    ctx = gateway.CallContext(request_id=row.request_id, trace_id=row.trace_id, depth=row.depth,
+    ctx = gateway.CallContext(request_id=row.key, trace_id=row.trace_id, depth=row.depth,
                               call_path=row.call_path, budget=row.retry_budget, user_key=row.user_key,
                               traceparent=traceparent, sticky_instance_id=session.instance_id if session else None,
-                              task_text=row.task_text,
+                              task_text=row.task_text, task_pk=row.pk, mode=row.mode,
                               a2a_turn=options.get("a2a") if options.get("a2a", {}).get("answer") is not None
                               else None)
     if ctx.a2a_turn and row.instance_id:
@@ -392,6 +434,10 @@ def _record(plan: Plan, execution: gateway.Execution) -> Task:
         timeline.move(TaskStatus.INPUT_REQUIRED)
         return _commit_run(row, timeline, attempts=attempts)
     if execution.ok and execution.accepted:
+        if isinstance(execution.result, dict) and execution.result.get("push"):  # an A2A task followed by push
+            row.options = {**(row.options or {}), "a2a": {
+                **{k: execution.result.get(k) for k in ("task_id", "context_id", "push")},
+                "turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
         timeline.move(TaskStatus.ACCEPTED)
         return _commit_run(row, timeline, attempts=attempts)
     if execution.ok:
@@ -444,11 +490,11 @@ def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: boo
                 from ledger.services import cost_entries_record
 
                 cost_entries_record(entries=costs)
-        logger.warning("late outcome discarded", extra={"request_id": row.request_id, "status": row.status,
+        logger.warning("late outcome discarded", extra={"request_id": row.key, "status": row.status,
                                                         "discarded": outcome})
         return row
     INVOKES.labels(outcome=row.status, agent=row.agent_endpoint or "-").inc()
-    logger.info("invoke finished", extra={"request_id": row.request_id, "trace_id": row.trace_id,
+    logger.info("invoke finished", extra={"request_id": row.key, "trace_id": row.trace_id,
                                           "status": row.status, "decision": row.decision.get("decision"),
                                           "agent": (row.decision.get("candidates") or [{}])[0].get("agent")})
     return row
@@ -467,7 +513,7 @@ def _cost_entries(row: Task, attempts: list) -> list:
         price = Price(agent=info.agent, team=info.team, model_name=info.model_name,
                       price_in=Decimal(str(info.price_in)), price_out=Decimal(str(info.price_out)),
                       cost_per_call=Decimal(str(info.cost_per_call)), avg_tokens=info.avg_tokens)
-        entries.append(cost_entry_for(price=price, request_id=row.request_id, caller_id=row.caller_id,
+        entries.append(cost_entry_for(price=price, request_id=row.key, caller_id=row.caller_id,
                                       version_id=a.version_id, instance_id=a.instance_id, outcome=a.outcome,
                                       usage=a.usage, latency_ms=a.latency_ms, number=a.number, is_retry=a.is_retry,
                                       is_fallback=a.is_fallback, at=a.started_at))

@@ -42,23 +42,23 @@ def task_redispatch(*, task: Task, capability: str, actor=None) -> Task:
         raise Conflict(f"Task {task.request_id} is {task.status}, not waiting for review.", code="state_conflict")
     if not Capability.objects.filter(name=capability).exists():
         raise InvalidInput(f"Unknown capability '{capability}'.", code="unknown_capability")
-    n = Task.objects.filter(parent_request_id=task.request_id, options__redispatch_of=task.request_id).count() + 1
+    n = Task.objects.filter(parent_request_id=task.key, options__redispatch_of=task.key).count() + 1
     child = task_invoke(caller=task.caller, payload=task.payload, task=task.task_text or None, capability=capability,
                         request_id=f"{task.request_id[:90]}.r{n}", mode="async",
-                        headers=InvokeHeaders(parent_request_id=task.request_id, trace_id=task.trace_id),
-                        redispatch_of=task.request_id)
+                        headers=InvokeHeaders(parent_request_id=task.key, trace_id=task.trace_id),
+                        redispatch_of=task.key)
     TaskEvent.objects.create(task=task, at=timezone.now(), from_status=task.status, to_status=task.status,
-                             detail={"redispatched_to": capability, "request_id": child.request_id,
+                             detail={"redispatched_to": capability, "request_id": child.request_id, "key": child.key,
                                      "by": getattr(actor, "username", None) or "reviewer"})
     return child
 
 
 def settle_origin(row: Task) -> None:
     """A re-dispatched task ended: its original task ends with the same outcome (once)."""
-    origin = Task.objects.filter(request_id=row.options["redispatch_of"]).first()
+    origin = Task.objects.filter(key=row.options["redispatch_of"]).first()
     if origin is None or origin.status not in RESOLVABLE:
         return
     try:
-        task_resolve_by_hand(task=origin, status=row.status, result=row.result, error=row.error, via=row.request_id)
+        task_resolve_by_hand(task=origin, status=row.status, result=row.result, error=row.error, via=row.key)
     except Conflict:  # settled concurrently (a reviewer answered it meanwhile)
         pass

@@ -4,26 +4,44 @@
 ``inputSchema``, ``output_schema`` as ``outputSchema``) and one ``route`` tool (``{task, payload}``: the semantic
 resolver picks the capability). ``tools/call`` is a sync invoke through the one invoke path
 (``routing.invoke.invoke``): the caller's quota, idempotency, the gateway's rules and the task timeline hold as
-for ``POST /api/v1/invoke``. A succeeded task answers its result as structured content; anything else answers
-``isError`` with the task's error (or the refusal) as text.
+for ``POST /api/v1/invoke``. A succeeded task answers its result as structured content, and as content either the
+MCP content blocks the result carries under ``content`` (text, image, audio, resource: an agent that answers
+``{"content": [{"type": "image", ...}]}`` is shown as an image) or the result as JSON text; anything else
+answers ``isError`` with the task's error (or the refusal) as text.
 
-Stateless and JSON-answering: any gateway node serves any request, with no session to pin. The token is
-``Authorization: Bearer <token>`` (or ``Token <token>``, as the REST API takes it).
+List changes (``tools.listChanged``): when capability versions change (activation, retirement, promotion,
+rollback; ``registry.generation.announce_versions_changed``) every gateway node hears it on Redis
+(``TOOLS_CHANNEL``) and tells its clients: on the 2025 revisions the sessions that listed or called tools get
+``notifications/tools/list_changed`` on their GET stream (sessions are stateful for that stream, and live on the
+node that opened them: a client sent to another node gets 404 and initializes again, as the spec says); on
+2026-07-28 (stateless, no session) the ``subscriptions/listen`` streams get the ``tools`` event.
+
+Requests answer JSON (``json_response``); the token is ``Authorization: Bearer <token>`` (or ``Token <token>``,
+as the REST API takes it), checked on every request, and a session belongs to the caller that opened it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from typing import Any
 
 import mcp.types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter, ValidationError
 
 from reach_platform import engine
 from reach_platform.errors import ApplicationError, error_body
+from registry.generation import TOOLS_CHANNEL
 
 logger = logging.getLogger(__name__)
 PATH = "/mcp"
@@ -35,6 +53,7 @@ ROUTE_SCHEMA = {
     "required": ["task"],
 }
 SCOPE_CALLER = "reach.caller"
+_CONTENT = TypeAdapter(list[types.ContentBlock])
 
 
 def wants(scope) -> bool:
@@ -62,7 +81,56 @@ def _tool(row: dict) -> types.Tool:
                       input_schema=schema, output_schema=output)
 
 
+# --- list changes ----------------------------------------------------------------------------------------
+
+class ListChanges:
+    """This node's clients to tell when the tool list changes: the 2025-revision connections that listed or
+    called tools (held weakly: a closed session drops out) and the 2026-07-28 listen streams (the SDK's bus)."""
+
+    def __init__(self):
+        self.connections: weakref.WeakSet = weakref.WeakSet()
+        self.bus = InMemorySubscriptionBus()
+        self.listening: asyncio.Task | None = None
+
+    def hold(self, ctx) -> None:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # the connection, not the per-request ServerSession: its standalone channel is the GET stream
+            self.connections.add(ctx.session._connection)
+
+    async def tell(self) -> int:
+        """Tell every client of this node; returns how many 2025-revision connections were told."""
+        connections = list(self.connections)
+        for connection in connections:
+            await connection.send_tool_list_changed()  # best effort: never raises
+        await self.bus.publish(ToolsListChanged())
+        return len(connections)
+
+    async def listen(self) -> None:
+        """Hear every node's announcements (Redis) for as long as the server runs."""
+        while True:
+            pubsub = engine.redis().pubsub()
+            try:
+                await pubsub.subscribe(TOOLS_CHANNEL)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        await self.tell()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("MCP list-change listener lost its subscription; resubscribing", exc_info=True)
+                await asyncio.sleep(1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+
+changes = ListChanges()
+
+
+# --- handlers --------------------------------------------------------------------------------------------
+
 async def list_tools(ctx, params) -> types.ListToolsResult:
+    changes.hold(ctx)
     rows = await engine.db(_active_tools)
     route = types.Tool(name=ROUTE_TOOL, input_schema=ROUTE_SCHEMA,
                        description="Describe the task in words: the semantic router picks the capability and the "
@@ -75,10 +143,21 @@ def _error(message: str, details: Any = None) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def content_of(result: Any) -> list:
+    """The MCP content of a result: the content blocks it carries under ``content``, else its JSON as text."""
+    if isinstance(result, dict) and isinstance(result.get("content"), list) and result["content"]:
+        try:
+            return _CONTENT.validate_python(result["content"])
+        except ValidationError:
+            pass  # not MCP content: shown as JSON like any other result
+    return [types.TextContent(type="text", text=json.dumps(result, default=str, ensure_ascii=False))]
+
+
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     from routing.api.serializers import task_output
     from routing.invoke import invoke
 
+    changes.hold(ctx)
     caller = ctx.request.scope.get(SCOPE_CALLER) if ctx.request is not None else None
     if caller is None:
         return _error("Not authenticated.")
@@ -103,24 +182,41 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     structured = result if isinstance(result, dict) else {"result": result}
     if params.name == ROUTE_TOOL:
         structured = {k: body[k] for k in ("request_id", "agent", "capability_version", "result")}
-    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(result, default=str))],
-                                structured_content=structured)
+    return types.CallToolResult(content=content_of(result), structured_content=structured)
 
 
-server = Server("agent-reach", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool,
-                instructions="Every ACTIVE capability of the Agent-Reach registry as a tool, and `route` to let "
-                             "the semantic router choose.")
+class _Server(Server):
+    """Declares ``tools.listChanged`` on the 2025 revisions too (the SDK derives it from the listen handler on
+    2026-07-28 and from NotificationOptions before)."""
+
+    def create_initialization_options(self, notification_options=None, experimental_capabilities=None,
+                                      extensions=None):
+        return super().create_initialization_options(notification_options or NotificationOptions(tools_changed=True),
+                                                     experimental_capabilities, extensions)
+
+
+server = _Server("agent-reach", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                 on_subscriptions_listen=ListenHandler(changes.bus),
+                 instructions="Every ACTIVE capability of the Agent-Reach registry as a tool, and `route` to let "
+                              "the semantic router choose.")
 _manager: StreamableHTTPSessionManager | None = None
 
 
 @contextlib.asynccontextmanager
 async def running():
-    """Enter in the server's lifespan: the session manager's task group lives as long as the server."""
+    """Enter in the server's lifespan: the session manager's task group and the list-change listener live as
+    long as the server."""
     global _manager
-    _manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
-    async with _manager.run():
-        yield
-    _manager = None
+    _manager = StreamableHTTPSessionManager(app=server, json_response=True)
+    changes.listening = asyncio.get_running_loop().create_task(changes.listen())
+    try:
+        async with _manager.run():
+            yield
+    finally:
+        changes.listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await changes.listening
+        _manager = None
 
 
 def _token(scope) -> str:
@@ -140,5 +236,7 @@ async def serve(scope, receive, send) -> None:
                                                "Authorization: Bearer <token>."), {"WWW-Authenticate": "Bearer"})
     if _manager is None:
         return await _respond(send, 503, error_body("unavailable", "The MCP server is not running (lifespan off?)."))
-    scope = {**scope, SCOPE_CALLER: caller}
+    # the SDK binds a session to the principal that opened it: another caller's token gets 404 for it
+    principal = AuthenticatedUser(AccessToken(token="", client_id=f"caller:{caller.pk}", scopes=[]))
+    scope = {**scope, SCOPE_CALLER: caller, "user": principal}
     await _manager.handle_request(scope, receive, send)

@@ -10,9 +10,13 @@ from routing.choices import AttemptOutcome, Mode, ReviewReason, TaskStatus
 
 
 class Task(models.Model):
-    """One caller request, keyed by its idempotency key ``request_id``; holds the decision and the outcome."""
+    """One caller request, keyed by its idempotency key ``request_id``, which is the caller's own: unique per
+    caller, so one caller cannot take another's ids. ``key`` is the task's id everywhere else (agents, their
+    callbacks and status URLs, the review queue, the ledger): the request_id itself when no other caller's task
+    holds it, else the request_id with a suffix. Holds the decision and the outcome."""
 
-    request_id = models.CharField(max_length=100, unique=True)
+    request_id = models.CharField(max_length=100)
+    key = models.CharField(max_length=100, unique=True)
     caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     status = models.CharField(max_length=24, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True)
     fallback = models.BooleanField(default=False, help_text="A later candidate answered.")
@@ -49,9 +53,19 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["caller", "request_id"], name="task_request_id_per_caller")]
+        # the review queue (tasks with a review_reason, oldest first): a few out of millions of tasks; with the id
+        # included, counting the items that wait is an index-only scan
+        indexes = [models.Index(fields=["created_at"], include=["id"], condition=~models.Q(review_reason=""),
+                                name="task_review_queue")]
 
     def __str__(self) -> str:
-        return self.request_id
+        return self.key
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.key:  # the claim (routing.invoke.claim) sets it; elsewhere a task is keyed by its request_id
+            self.key = self.request_id
+        super().save(*args, **kwargs)
 
 
 class TaskEvent(models.Model):
@@ -120,8 +134,33 @@ class CallerSecret(models.Model):
         return f"callback secret of {self.caller}"
 
 
+class A2APushConfig(models.Model):
+    """An A2A push-notification config of a caller's task (``CreateTaskPushNotificationConfig``, or inline in
+    ``SendMessage``): every change of the task is POSTed to ``url`` through the callback outbox. Keyed by the
+    caller and the A2A task id (our request_id), so a config sent with the message that creates the task exists
+    before the task's first change."""
+
+    caller = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    task_request_id = models.CharField(max_length=100)
+    config_id = models.CharField(max_length=100)
+    url = models.URLField(max_length=500)
+    token = models.CharField(max_length=500, blank=True, help_text="Sent as X-A2A-Notification-Token.")
+    auth_scheme = models.CharField(max_length=40, blank=True)
+    auth_credentials = models.CharField(max_length=1000, blank=True, help_text="Sent as Authorization.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["caller", "task_request_id", "config_id"],
+                                               name="a2a_push_config_unique")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"push config {self.config_id} of {self.task_request_id}"
+
+
 class CallbackDelivery(models.Model):
-    """Outbox row: written in the same transaction as the task's terminal state, delivered by a worker."""
+    """Outbox row: written in the same transaction as the task's change (its terminal state for a callback_url,
+    every change for an A2A push config), delivered by a worker."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -131,6 +170,10 @@ class CallbackDelivery(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="deliveries")
     url = models.URLField(max_length=500)
     body = models.JSONField()
+    push_config = models.ForeignKey(A2APushConfig, null=True, blank=True, on_delete=models.CASCADE,
+                                    related_name="deliveries",
+                                    help_text="The A2A push config this delivers for (its token and credentials "
+                                              "are sent as headers); deleting the config drops what is pending.")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)

@@ -25,8 +25,9 @@ def tasks_reap(*, now=None) -> int:
         row.error = {"code": "deadline_exceeded", "message": f"no outcome by the deadline (stuck {stuck_in})"}
         moved = timeline.commit(fields=["error"])
         reaped += moved
-        if moved and stuck_in == TaskStatus.INPUT_REQUIRED:
-            _cancel_a2a_task(row)  # nobody answers the agent's question: it stops waiting too
+        if moved and stuck_in in (TaskStatus.INPUT_REQUIRED, TaskStatus.ACCEPTED, TaskStatus.RUNNING):
+            # nobody answers the agent's question, or its pushed outcome never came: its A2A task stops too
+            _cancel_a2a_task(row)
     return reaped
 
 

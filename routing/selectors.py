@@ -4,15 +4,14 @@ invokes by outcome and agent, attempt latency, the hourly series and the callbac
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import BooleanField, Case, Count, Q, QuerySet, When
 from django.db.models.functions import TruncHour
 
 from ledger.selectors import Percentile
-from reach_platform.errors import NotFound, PermissionDenied
+from reach_platform.errors import NotFound
 from registry.permissions import can_read_any_task
 from routing.choices import AttemptOutcome, TaskStatus
 from routing.models import Attempt, CallbackDelivery, Task
@@ -26,18 +25,15 @@ def _tasks(since: datetime, endpoints: list[str] | None) -> QuerySet[Task]:
     return qs if endpoints is None else qs.filter(agent_endpoint__in=endpoints)
 
 
-def invokes_by_status(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, int]:
-    """{status: count} of the tasks created since ``since``."""
-    rows = _tasks(since, endpoints).order_by().values("status").annotate(n=Count("id"))
-    return {row["status"]: row["n"] for row in rows}
-
-
-def invokes_by_agent(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """{agent endpoint: {status: count}} since ``since`` (tasks no agent took count under "")."""
-    out: dict[str, dict[str, int]] = defaultdict(dict)
-    for row in (_tasks(since, endpoints).order_by().values("agent_endpoint", "status").annotate(n=Count("id"))):
-        out[row["agent_endpoint"]][row["status"]] = row["n"]
-    return dict(out)
+def task_counts(*, since: datetime, recent_since: datetime, endpoints: list[str] | None = None) -> list[dict]:
+    """The tasks created since ``since`` counted by agent endpoint, status, hour and whether they are recent
+    (created since ``recent_since``): one scan serves every count of the dashboard (by outcome, by agent, per
+    hour, for the last hour and the last day)."""
+    return [dict(row) for row in _tasks(since, endpoints).order_by()
+                .annotate(hour=TruncHour("created_at"),
+                          recent=Case(When(created_at__gte=recent_since, then=True), default=False,
+                                      output_field=BooleanField()))
+                .values("agent_endpoint", "status", "hour", "recent").annotate(n=Count("id"))]
 
 
 def attempt_latency_by_agent(*, since: datetime, endpoints: list[str] | None = None) -> dict[str, dict]:
@@ -60,17 +56,6 @@ def attempt_latency(*, since: datetime, endpoints: list[str] | None = None) -> d
     return qs.aggregate(p50=Percentile("latency_ms", 0.5), p95=Percentile("latency_ms", 0.95))
 
 
-def invokes_per_hour(*, since: datetime, endpoints: list[str] | None = None) -> dict[datetime, dict[str, int]]:
-    """{hour: {"ok": n, "failed": n, "other": n}} since ``since``."""
-    out: dict[datetime, dict[str, int]] = defaultdict(lambda: {"ok": 0, "failed": 0, "other": 0})
-    rows = (_tasks(since, endpoints).order_by().annotate(hour=TruncHour("created_at"))
-            .values("hour", "status").annotate(n=Count("id")))
-    for row in rows:
-        kind = "ok" if row["status"] == TaskStatus.SUCCEEDED else "failed" if row["status"] in FAILED else "other"
-        out[row["hour"]][kind] += row["n"]
-    return dict(out)
-
-
 def outbox_counts(*, endpoints: list[str] | None = None) -> dict[str, int]:
     """Callback deliveries waiting to go out (pending) and dead-lettered ones."""
     qs = CallbackDelivery.objects.filter(status__in=[CallbackDelivery.Status.PENDING, CallbackDelivery.Status.DEAD])
@@ -81,9 +66,11 @@ def outbox_counts(*, endpoints: list[str] | None = None) -> dict[str, int]:
 
 
 def task_for_caller(*, request_id: str, caller: Any) -> Task:
-    row = Task.objects.filter(request_id=request_id).first()
+    """A caller's task by the caller's own request_id; those who may read any task also find any by its key.
+    Another caller's request_id is not found (request_ids are per caller: nothing tells that it exists)."""
+    row = Task.objects.filter(caller=caller, request_id=request_id).first() if caller is not None else None
+    if row is None and can_read_any_task(caller):
+        row = Task.objects.filter(key=request_id).first()
     if row is None:
         raise NotFound(f"No task with request_id '{request_id}'.")
-    if row.caller_id and caller is not None and row.caller_id != caller.pk and not can_read_any_task(caller):
-        raise PermissionDenied("This task belongs to another caller.")
     return row

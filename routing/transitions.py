@@ -6,8 +6,9 @@ the callback outbox row. A change whose task is no longer in the state it was re
 returns False: of two racing writers (a reaper and a late success, two agent reports, a reviewer's answer and
 a late agent report) exactly one moves the task.
 
-The allowed steps are ``routing.choices.ALLOWED_TRANSITIONS``. After the commit, waiters for the task's outcome
-(repeats of its request_id, on any node) are told through Redis (``TASK_CHANNEL``).
+The allowed steps are ``routing.choices.ALLOWED_TRANSITIONS``. After the commit, waiters for the task (repeats of
+its request_id and A2A streams, on any node) are told through Redis (``TASK_CHANNEL``); a task of the A2A door
+also gets one push-notification outbox row per config of it (``routing.a2a_push``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import cast
 from django.db import DataError, connection, transaction
 from django.utils import timezone
 
+from routing.a2a_push import push_enqueue
 from routing.choices import ALLOWED_TRANSITIONS, TERMINAL
 from routing.models import Attempt, Task, TaskEvent
 
@@ -69,7 +71,8 @@ class Timeline:
         expected = list(expect) if expect is not None else [self.started_from]
         columns = {name: getattr(task, name) for name in fields}
         now = timezone.now()
-        if not connection.in_atomic_block and not (task.callback_url and task.status in TERMINAL):
+        if not connection.in_atomic_block and not (task.callback_url and task.status in TERMINAL) \
+                and not pushes(task):
             if not _commit_in_one_round_trip(task, expected, guard, columns, now, self.events, attempts,
                                              cost_entries):
                 task.refresh_from_db()
@@ -143,6 +146,8 @@ def _after_move(task: Task, *, attempts, opens_review: bool) -> None:
 
     if task.status in TERMINAL:
         outbox_enqueue(task)
+    if pushes(task):
+        push_enqueue(task)
     if attempts:
         version_ids = {a.version_id for a in attempts}
         transaction.on_commit(lambda: attempts_recorded.send(sender=Task, version_ids=version_ids))
@@ -152,8 +157,14 @@ def _after_move(task: Task, *, attempts, opens_review: bool) -> None:
         from routing.manual import settle_origin
 
         transaction.on_commit(lambda: settle_origin(task))
-    if task.mode == "sync":  # only repeats of sync requests wait for an outcome (routing.waiting)
-        transaction.on_commit(lambda: announce(task.pk, task.status))
+    # repeats of a request wait for its outcome and A2A streams follow every change (routing.waiting)
+    status = task.status
+    transaction.on_commit(lambda: announce(task.pk, status))
+
+
+def pushes(task: Task) -> bool:
+    """Whether a change of this task may have A2A push configs to notify (a task of the A2A door)."""
+    return (task.options or {}).get("door") == "a2a"
 
 
 def announce(task_pk: int, status: str) -> None:

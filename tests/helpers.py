@@ -17,6 +17,15 @@ BASE = Path(__file__).resolve().parent.parent
 DESCRIPTORS = BASE / "examples" / "descriptors"
 
 
+def as_user(user):
+    """A DRF test client authenticated as ``user``."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -216,15 +225,17 @@ def run_async(coro):
 class A2AAgentProcess:
     """examples/a2a_agent.py (an example agent served as an A2A v1.0 server) in its own process on a free port."""
 
-    def __init__(self, descriptor: str = "order-agent.yaml"):
+    def __init__(self, descriptor: str = "order-agent.yaml", push: bool = False):
         self.descriptor = DESCRIPTORS / descriptor
+        self.push = push
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> A2AAgentProcess:
         self.proc = subprocess.Popen([sys.executable, str(BASE / "examples/a2a_agent.py"), "--descriptor",
-                                      str(self.descriptor), "--port", str(self.port)],
+                                      str(self.descriptor), "--port", str(self.port),
+                                      *(["--push"] if self.push else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
         wait_http_ok(f"{self.url}/.well-known/agent-card.json", timeout=30, message="A2A agent to serve its card")

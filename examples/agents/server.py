@@ -7,7 +7,9 @@ One process may serve several agents, each on its own port. Each agent:
 - takes fault settings at start (``--faults``) or at run time (``POST /faults``): ``latency_ms``, ``jitter_ms``,
   ``spike_rate`` + ``spike_ms``, ``hang`` (accept, never answer: a dead host), ``fail_rate`` (5xx), ``fail_status``, ``bad_output_rate``, ``down`` (503 on
   everything, health included), ``endpoint_id_override`` (answer as another agent);
-- registers with the gateway and heartbeats every 10 s when ``--gateway`` and ``--keys`` are given.
+- registers with the gateway and heartbeats every 10 s when ``--gateway`` and ``--keys`` are given;
+- answers a capability listed in the descriptor's ``server.results`` with that fixed result, and one listed in
+  ``server.errors`` with 400 and that message (fixtures: ``examples/conformance/``).
 
 Usage: python examples/agents/server.py --descriptors examples/descriptors [--agents a,b] [--port-offset N]
        [--gateway http://127.0.0.1:8000 --keys .data/agent-keys.json] [--faults '{"order-agent": {...}}']
@@ -47,6 +49,8 @@ class AgentState:
         self.gateway = gateway.rstrip("/") if gateway else ""
         self.key = key
         self.capabilities = {c["name"]: c for c in descriptor["capabilities"]}
+        self.fixed_results = dict(server.get("results") or {})
+        self.fixed_errors = dict(server.get("errors") or {})
         self.faults = dict(DEFAULT_FAULTS)
         self.faults["latency_ms"] = server.get("latency_ms", 0)
         self.lock = threading.Lock()
@@ -223,7 +227,9 @@ def make_handler(state: AgentState):
                 if state.faults["fail_rate"] and state.rng.random() < state.faults["fail_rate"]:
                     status = int(state.faults["fail_status"])
                     return self._send(status, {"error": "injected failure", "retryable": status >= 500})
-                result = state.answer(capability, body.get("payload") or {})
+                if capability in state.fixed_errors:
+                    return self._send(400, {"error": state.fixed_errors[capability], "retryable": False})
+                result = state.fixed_results.get(capability) or state.answer(capability, body.get("payload") or {})
                 if state.faults["call"]:
                     result["nested"] = nested_call(state, self.headers)
                     if result["nested"].get("status") != 200:

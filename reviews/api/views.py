@@ -98,12 +98,13 @@ class ReasonInput(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
-def _waiting(request_id: str):
+def _waiting(key: str):
+    """A queue item by its task's key (the queue lists it; request_ids are per caller, keys are unique)."""
     from routing.models import Task
 
-    task = Task.objects.filter(request_id=request_id).first()
+    task = Task.objects.filter(key=key).first()
     if task is None:
-        raise NotFound(f"No task with request_id '{request_id}'.")
+        raise NotFound(f"No task with key '{key}'.")
     return task
 
 
@@ -118,7 +119,7 @@ class QueueListView(APIView):
         params = QueueFilter(data=request.query_params)
         params.is_valid(raise_exception=True)
         qs = queue_items(reader=request.user, **{k: v for k, v in params.validated_data.items() if v})
-        items = [{"request_id": t.request_id, "reason": t.review_reason, "status": t.status,
+        items = [{"key": t.key, "request_id": t.request_id, "reason": t.review_reason, "status": t.status,
                   "task_text": t.task_text, "capability_guess": t.capability_guess,
                   "score": (t.decision or {}).get("score"), "created_at": t.created_at,
                   "claimed_by": t.review_claim.reviewer.get_username() if t.claimed or t.resolved else None,
@@ -128,51 +129,51 @@ class QueueListView(APIView):
 
 class ClaimView(APIView):
     @extend_schema(request=None, responses={200: dict})
-    def post(self, request, request_id: str):
-        claim = services.queue_claim(task=_waiting(request_id), reviewer=request.user)
-        return Response({"request_id": request_id, "reviewer": claim.reviewer.get_username()})
+    def post(self, request, key: str):
+        claim = services.queue_claim(task=_waiting(key), reviewer=request.user)
+        return Response({"key": key, "reviewer": claim.reviewer.get_username()})
 
 
 class AnswerView(APIView):
     @extend_schema(request=AnswerInput, responses={200: dict})
-    def post(self, request, request_id: str):
+    def post(self, request, key: str):
         data = AnswerInput(data=request.data)
         data.is_valid(raise_exception=True)
-        task = services.queue_answer(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
-        return Response({"request_id": task.request_id, "status": task.status})
+        task = services.queue_answer(task=_waiting(key), reviewer=request.user, **data.validated_data)
+        return Response({"key": task.key, "status": task.status})
 
 
 class QueueRejectView(APIView):
     @extend_schema(request=ReasonInput, responses={200: dict})
-    def post(self, request, request_id: str):
+    def post(self, request, key: str):
         data = ReasonInput(data=request.data)
         data.is_valid(raise_exception=True)
-        task = services.queue_reject(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
-        return Response({"request_id": task.request_id, "status": task.status})
+        task = services.queue_reject(task=_waiting(key), reviewer=request.user, **data.validated_data)
+        return Response({"key": task.key, "status": task.status})
 
 
 class RedispatchView(APIView):
     @extend_schema(request=RedispatchInput, responses={202: dict})
-    def post(self, request, request_id: str):
+    def post(self, request, key: str):
         data = RedispatchInput(data=request.data)
         data.is_valid(raise_exception=True)
-        child = services.queue_redispatch(task=_waiting(request_id), reviewer=request.user, **data.validated_data)
-        return Response({"request_id": request_id, "redispatched_as": child.request_id, "status": child.status},
+        child = services.queue_redispatch(task=_waiting(key), reviewer=request.user, **data.validated_data)
+        return Response({"key": key, "redispatched_as": child.key, "status": child.status},
                         status=202)
 
 
 class ReplayView(APIView):
     @extend_schema(request=None, responses={200: dict})
-    def post(self, request, request_id: str):
-        replayed = services.queue_replay(task=_waiting(request_id), reviewer=request.user)
-        return Response({"request_id": request_id, "replayed": replayed})
+    def post(self, request, key: str):
+        replayed = services.queue_replay(task=_waiting(key), reviewer=request.user)
+        return Response({"key": key, "replayed": replayed})
 
 
 class ReleaseView(APIView):
     @extend_schema(request=None, responses={200: dict})
-    def post(self, request, request_id: str):
-        services.queue_release(task=_waiting(request_id), reviewer=request.user)
-        return Response({"request_id": request_id, "released": True})
+    def post(self, request, key: str):
+        services.queue_release(task=_waiting(key), reviewer=request.user)
+        return Response({"key": key, "released": True})
 
 
 class PromoteCanaryView(APIView):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from decimal import Decimal
 
@@ -63,6 +64,25 @@ async def _caller(key: str):
     return user
 
 
+_forms = threading.local()
+
+
+def validated(data: dict) -> tuple[dict | None, dict | None]:
+    """``InvokeInput``'s validation, with one serializer kept per thread and reset for each request: DRF deep-copies
+    a serializer's declared fields for every new instance, which cost half a millisecond of each invoke. Returns
+    (validated fields, None) or (None, errors)."""
+    form = getattr(_forms, "invoke", None)
+    if form is None:
+        form = _forms.invoke = InvokeInput(data=data)
+    else:
+        for attr in ("_validated_data", "_errors", "_data"):  # what is_valid() and .data cache
+            form.__dict__.pop(attr, None)
+        form.initial_data = data
+    if form.is_valid():
+        return dict(form.validated_data), None
+    return None, dict(form.errors)
+
+
 def _default(value):
     if isinstance(value, Decimal):
         return float(value)
@@ -109,11 +129,10 @@ async def serve(scope, receive, send) -> None:
                               {"WWW-Authenticate": "Token"})
     try:
         data = jsonsafe.parse_json(raw or b"{}")
-        form = InvokeInput(data=data if isinstance(data, dict) else {"payload": data})
-        if not form.is_valid():
-            return await _respond(send, 400, error_body("invalid", "The request body is not valid.", form.errors))
-        task = await invoke(caller=caller, headers=invoke_headers(CaseInsensitiveMapping(headers)),
-                            **form.validated_data)
+        fields, errors = validated(data if isinstance(data, dict) else {"payload": data})
+        if fields is None:
+            return await _respond(send, 400, error_body("invalid", "The request body is not valid.", errors))
+        task = await invoke(caller=caller, headers=invoke_headers(CaseInsensitiveMapping(headers)), **fields)
     except ValidationError as exc:
         return await _respond(send, 400, error_body("invalid", "The request body is not valid.", exc.detail))
     except ApplicationError as exc:

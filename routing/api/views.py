@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -63,3 +64,21 @@ class TaskView(APIView):
     def get(self, request, request_id: str):
         task = selectors.task_for_caller(request_id=request_id, caller=request.user)
         return Response(TaskDetailOutput(task).data)
+
+
+class A2APushView(APIView):
+    """An A2A agent pushes an update on an async task it took (an A2A StreamResponse). Authenticated by the push
+    token the gateway gave in the push config (``X-A2A-Notification-Token``, or ``Authorization: Bearer``), not
+    by an account."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=dict, responses={200: dict})
+    def post(self, request, task_pk: int, instance_pk: int):
+        token = request.headers.get("X-A2A-Notification-Token", "")
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        if not token and scheme.lower() == "bearer":
+            token = credentials.strip()
+        task = lifecycle.task_a2a_push(task_pk=task_pk, instance_pk=instance_pk, token=token, event=request.data)
+        return Response({"status": task.status})

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from tests.helpers import BASE, free_port, subprocess_env, wait_until
@@ -56,6 +57,10 @@ def test_the_readme_quick_start_works_as_written():
         assert "Agent-Reach is up" in printed, printed[-3000:]
         assert "DEBUG=true" in printed and "Admin login: admin / pw-quickstart-1" in printed
         assert re.search(r"Caller token \(example-caller\): [0-9a-f]{40}", printed)
+        # the example A2A agent, registered from its card
+        assert re.search(r"A2A agent shipment-agent \(push notifications\), registered from its card "
+                         r"http://127\.0\.0\.1:\d+/\.well-known/agent-card\.json: shipment\.track", printed), printed
+        assert f"A2A door  {base_url}/a2a/shipment-agent/.well-known/agent-card.json" in printed
 
         shell = " && ".join(commands[1:]).replace(README_URL, base_url)
         done = subprocess.run(["bash", "-c", f"{shell}; echo; echo TOKEN=$TOKEN"], cwd=BASE, env=env,
@@ -68,6 +73,10 @@ def test_the_readme_quick_start_works_as_written():
         ran = subprocess.run([sys.executable, "-c", snippet.replace(README_URL, base_url)], cwd=BASE,
                              env={**env, "TOKEN": token}, capture_output=True, text=True, timeout=120)
         assert ran.stdout.startswith("succeeded order-agent order-agent handled order.query"), ran.stderr
+        a2a = httpx.post(f"{base_url}/api/v1/invoke", headers={"Authorization": f"Token {token}"}, timeout=60,
+                         json={"capability": "shipment.track", "payload": {"tracking_number": "1Z9"}}).json()
+        assert a2a["status"] == "succeeded" and a2a["agent"] == "shipment-agent", a2a
+        assert a2a["result"]["answer"] == 'shipment-agent handled shipment.track: {"tracking_number": "1Z9"}'
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # its stop handler ends the web server, workers and agents
         try:

@@ -40,5 +40,5 @@ def test_postgresql_logs_no_values_of_a_failed_statement(user):
     with log.open("rb") as handle:
         handle.seek(before)
         written = handle.read().decode(errors="replace")
-    assert "routing_task_request_id_key" in written  # the error itself is still logged
+    assert "duplicate key value violates unique constraint" in written  # the error itself is still logged
     assert "DE89370400440532013000" not in written and "dup-secret" not in written

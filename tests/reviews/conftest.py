@@ -3,15 +3,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
 from registry.models import Team
-
-
-def as_user(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+from tests.helpers import as_user  # noqa: F401  (the tests of this package import it from here)
 
 
 def person(django_user_model, name: str, *, team: str | None = None, group: str | None = None, staff=True):

@@ -11,18 +11,13 @@ from rest_framework.test import APIClient
 
 from reviews.models import ReviewClaim, RoutingFeedback
 from routing.models import CallbackDelivery, Task
+from tests.helpers import as_user
 
 
 def reviewer(django_user_model, name: str):
     user = django_user_model.objects.create_user(name)
     user.groups.add(Group.objects.get(name="reviewer"))
     return user
-
-
-def as_user(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 @pytest.mark.django_db(transaction=True)

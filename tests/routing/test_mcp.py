@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
+import httpx2
+import mcp.types as types
 import pytest
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.subscriptions import ToolsListChanged
 from rest_framework.authtoken.models import Token
 
 from registry.choices import VersionState
 from registry.models import CapabilityVersion
+from registry.services import capability_version_activate
 from routing.models import Task
 from tests.helpers import run_async
 
@@ -73,3 +80,152 @@ def test_mcp_needs_a_caller_token(user, running_agents, gateway_nodes):
     for headers in ({}, {"Authorization": "Bearer not-a-token"}):
         r = httpx.post(f"{node.url}/mcp", json=body, headers=headers, timeout=10)
         assert r.status_code == 401 and r.json()["error"]["code"] == "authentication_failed"
+
+
+def _new_version_of(name: str) -> CapabilityVersion:
+    """A DRAFT 1.1.0 of an ACTIVE capability, with a new description (what the tool list shows)."""
+    active = CapabilityVersion.objects.get(capability__name=name, state=VersionState.ACTIVE)
+    active.pk = None
+    active.version, active.state, active.description = "1.1.0", VersionState.DRAFT, "Orders, now with refunds."
+    active.save()
+    return active
+
+
+def test_list_changed_on_the_get_stream_of_a_2025_session(user, running_agents, gateway_nodes):
+    """2025-11-25: the session that listed the tools hears notifications/tools/list_changed on its GET stream
+    when a version is activated through the service layer (on this or any node)."""
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    draft = _new_version_of("order.query")
+
+    async def scenario():
+        stream_open, changed = asyncio.Event(), asyncio.Event()
+
+        async def on_response(response):
+            if response.request.method == "GET" and response.status_code == 200:
+                stream_open.set()  # the standalone SSE stream the notification rides
+
+        async def on_message(message):
+            if isinstance(message, types.ToolListChangedNotification):
+                changed.set()
+
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                    event_hooks={"response": [on_response]}, timeout=httpx2.Timeout(30, read=300))
+        async with client, streamable_http_client(f"{node.url}/mcp", http_client=client) as (read, write, *_):
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                init = await session.initialize()
+                before = await session.list_tools()
+                called = await session.call_tool("order.query", {"order_id": "3"})
+                await asyncio.wait_for(stream_open.wait(), 15)
+                await asyncio.to_thread(_activate, draft)
+                await asyncio.wait_for(changed.wait(), 15)
+                after = await session.list_tools()
+        return init, before, called, after
+
+    init, before, called, after = run_async(scenario())
+    assert init.protocol_version == "2025-11-25" and init.capabilities.tools.list_changed is True
+    assert not called.is_error
+    describe = {t.name: t.description for t in before.tools}, {t.name: t.description for t in after.tools}
+    assert describe[0]["order.query"] != "Orders, now with refunds."
+    assert describe[1]["order.query"] == "Orders, now with refunds."
+
+
+def _activate(version: CapabilityVersion) -> None:
+    from django.db import connection
+
+    try:
+        capability_version_activate(version=version)
+    finally:
+        connection.close()  # this thread's connection, before the test database is flushed
+
+
+def test_list_changed_on_a_2026_listen_stream(user, running_agents, gateway_nodes):
+    """2026-07-28 (no session): list and call, then a subscriptions/listen stream gets the tools event when a
+    version is activated, and the next list shows the new version."""
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    draft = _new_version_of("order.query")
+
+    async def scenario():
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with http, Client(streamable_http_client(f"{node.url}/mcp", http_client=http),
+                                mode="2026-07-28") as client:
+            before = await client.list_tools()
+            called = await client.call_tool("order.query", {"order_id": "4"})
+            async with client.listen(tools_list_changed=True) as subscription:
+                await asyncio.to_thread(_activate, draft)
+                event = await asyncio.wait_for(anext(aiter(subscription)), 15)
+            after = await client.list_tools()
+            return client.protocol_version, before, called, event, after
+
+    version, before, called, event, after = run_async(scenario())
+    assert version == "2026-07-28"
+    assert not called.is_error and called.structured_content["answer"].endswith('{"order_id": "4"}')
+    assert isinstance(event, ToolsListChanged)
+    assert {t.name: t.description for t in after.tools}["order.query"] == "Orders, now with refunds."
+    assert {t.name: t.description for t in before.tools}["order.query"] != "Orders, now with refunds."
+
+
+def test_a_session_belongs_to_the_caller_that_opened_it(user, django_user_model, running_agents, gateway_nodes):
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    mine = Token.objects.create(user=user).key
+    other = Token.objects.create(user=django_user_model.objects.create_user(username="other", password="pw-o-1")).key
+    opened = httpx.post(f"{node.url}/mcp", timeout=10, headers={
+        "Authorization": f"Bearer {mine}", "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    session = opened.headers["mcp-session-id"]
+    body = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "mcp-session-id": session,
+               "mcp-protocol-version": "2025-11-25"}
+    stolen = httpx.post(f"{node.url}/mcp", json=body, timeout=10, headers={**headers, "Authorization": f"Bearer {other}"})
+    assert stolen.status_code == 404
+    own = httpx.post(f"{node.url}/mcp", json=body, timeout=10, headers={**headers, "Authorization": f"Bearer {mine}"})
+    assert own.status_code == 200 and "order.query" in own.text
+
+
+def test_bad_input_is_a_4xx_or_a_json_rpc_error(user, running_agents, gateway_nodes):
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    url = f"{node.url}/mcp"
+    auth = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    session = httpx.post(url, json=init, headers=auth, timeout=10).headers["mcp-session-id"]
+    in_session = {**auth, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    httpx.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=in_session, timeout=10)
+
+    def rpc(body, headers=in_session, **kw):
+        return httpx.post(url, headers=headers, timeout=10, **({"content": body} if isinstance(body, bytes)
+                                                                else {"json": body}), **kw)
+
+    answers = {
+        "not json": rpc(b"{not json", headers={**in_session, "Content-Type": "application/json"}),
+        "not json-rpc": rpc({"hello": "world"}),
+        "wrong content type": rpc(b"x", headers={**in_session, "Content-Type": "text/plain"}),
+        "no session": rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=auth),
+        "unknown session": rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                               headers={**in_session, "mcp-session-id": "nope"}),
+        "unknown method": rpc({"jsonrpc": "2.0", "id": 3, "method": "no/such/method"}),
+        "arguments not an object": rpc({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                        "params": {"name": "order.query", "arguments": [1, 2]}}),
+        "no tool name": rpc({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {}}),
+        "payload breaks the input schema": rpc({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                                                "params": {"name": "order.query", "arguments": {"order_id": 12}}}),
+        "route without a task": rpc({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                     "params": {"name": "route", "arguments": {"payload": []}}}),
+        "GET without a session": httpx.get(url, headers={**auth, "Accept": "text/event-stream"}, timeout=10),
+        "DELETE of an unknown session": httpx.delete(url, headers={**in_session, "mcp-session-id": "nope"},
+                                                     timeout=10),
+        "unknown revision": rpc({"jsonrpc": "2.0", "id": 8, "method": "tools/list"},
+                                headers={**auth, "mcp-protocol-version": "1999-01-01"}),
+    }
+    for what, response in answers.items():
+        assert response.status_code < 500, (what, response.status_code, response.text)
+        if response.status_code == 200:  # a JSON-RPC answer: an error, or a tool result with isError
+            body = response.json()
+            assert "error" in body or body["result"].get("isError") is True, (what, body)

@@ -57,12 +57,24 @@ def setup_django(db_name: str, embedder: str | None = None) -> None:
     call_command("migrate", verbosity=0)
 
 
+def embedding_deferred():
+    """While this is open, activation enqueues no embedding task: the benchmark embeds in its own process."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    stack = ExitStack()
+    stack.enter_context(mock.patch("registry.tasks.embed_capability_version.delay"))
+    stack.enter_context(mock.patch("registry.tasks.embed_capability_versions.delay"))
+    return stack
+
+
 def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict[str, list[str]] | None = None,
-                          agents_per_capability: bool = True, embedder=None, flush_query_cache: bool = True) -> list:
+                          agents_per_capability: bool = True, embedder=None, flush_query_cache: bool = True,
+                          timings: dict[str, float] | None = None) -> list:
     """Register one agent + capability per entry through the real import path, activate, embed in this process
     (with ``embedder``, default the configured one), calibrate, and give every agent a live instance. Returns the
-    ACTIVE versions."""
-    from unittest import mock
+    ACTIVE versions. ``timings`` (when given) receives the seconds of each step: import_s, embed_s, calibrate_s."""
+    import time
 
     from django.utils import timezone
 
@@ -82,10 +94,15 @@ def register_capabilities(capabilities: dict[str, list[str]], *, negatives: dict
                                        capabilities=[{"name": name, "version": "1", "action": "query",
                                                       "examples": examples,
                                                       "negative_cases": negatives.get(name, [])}]))
-    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
+    t0 = time.perf_counter()
+    with embedding_deferred():  # embedded below, in this process
         result = descriptors_import(parsed=parsed, activate=True)
+    t1 = time.perf_counter()
     capability_versions_embed(versions=list(result.activated), embedder=embedder or get_embedder())
+    t2 = time.perf_counter()
     calibration_refresh()
+    if timings is not None:
+        timings.update(import_s=t1 - t0, embed_s=t2 - t1, calibrate_s=time.perf_counter() - t2)
     for key in (snapshot.redis_client().scan_iter("reach:emb:*") if flush_query_cache else ()):
         snapshot.redis_client().delete(key)  # figures start from a cold embedding cache
     now = timezone.now()
@@ -100,11 +117,10 @@ def register_descriptor_folder(folder) -> list:
     """Import a folder of YAML descriptors through reach_import's own parser and import, activate, embed in this
     process and calibrate."""
     from pathlib import Path
-    from unittest import mock
 
     from registry.descriptors import DescriptorError, descriptors_import, parse_file
     from registry.embedding import get_embedder
-    from registry.embedding_service import capability_version_embed
+    from registry.embedding_service import capability_versions_embed
     from routing import snapshot
     from routing.calibration_service import calibration_refresh
 
@@ -112,11 +128,9 @@ def register_descriptor_folder(folder) -> list:
     parsed = [p for p in (parse_file(f, errors) for f in sorted(Path(folder).glob("*.yaml"))) if p]
     if errors:
         raise SystemExit("\n".join(map(str, errors)))
-    with mock.patch("registry.tasks.embed_capability_version.delay"):  # embedded below, in this process
+    with embedding_deferred():  # embedded below, in this process
         result = descriptors_import(parsed=parsed, activate=True)
-    embedder = get_embedder()
-    for version in result.activated:
-        capability_version_embed(version=version, embedder=embedder)
+    capability_versions_embed(versions=list(result.activated), embedder=get_embedder())
     calibration_refresh()
     snapshot.bump_generation()
     snapshot.clear_caches()
@@ -155,7 +169,6 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
     import json
     import subprocess
     from pathlib import Path
-    from unittest import mock
 
     from django.core.management import call_command
 
@@ -163,7 +176,7 @@ def start_order_agent(*, port_offset: int, faults: dict | None = None, instance_
     from routing import snapshot
 
     base = Path(__file__).resolve().parent.parent
-    with mock.patch("registry.tasks.embed_capability_version.delay"):
+    with embedding_deferred():
         call_command("reach_import", str(base / "examples/descriptors/order-agent.yaml"), "--activate", verbosity=0)
     cmd = [sys.executable, str(base / "examples/agents/server.py"), "--agents", "order-agent",
            "--port-offset", str(port_offset)]

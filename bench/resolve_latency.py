@@ -7,7 +7,9 @@ Capabilities are registered through the real import, embedding and calibration p
 reach_bench_latency). Example texts are CLINC150 training utterances, each capability drawing 10 of them with a
 capability-specific suffix so that no two capabilities share a text. Queries are CLINC150 test utterances:
 "cold" = the query embedding is computed (process and Redis caches flushed), "warm" = the same queries again.
-Last line: JSON with p50_ms_<N>, p95_ms_<N> (cold) for each N and warm_p95_ms_1000.
+Last line: JSON with p50_ms_<N>, p95_ms_<N> (cold), warm_p50/p95_ms_<N> and, for each N, ``setup_s_<N>``: the seconds
+to import, activate, embed and calibrate the N capabilities (issue 15 item 5: setup_s_10000 <= 300), split into
+setup_import_s_<N>, setup_embed_s_<N> and setup_calibrate_s_<N>.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def main() -> None:
             picks = rng.sample(train, 10)
             caps[f"cap.{i:05d}"] = [f"{t} {WORDS[(i + k) % len(WORDS)]} #{i}" for k, t in enumerate(picks)]
         t0 = time.time()
-        register_capabilities(caps)
+        steps: dict[str, float] = {}
+        register_capabilities(caps, timings=steps)
         setup_s = time.time() - t0
         resolver.resolve(task="warm up the snapshot and the connection")
         sample = queries[: args.queries]
@@ -87,9 +90,11 @@ def main() -> None:
         figures[f"warm_p50_ms_{size}"] = percentile(warm, 0.5)
         figures[f"warm_p95_ms_{size}"] = percentile(warm, 0.95)
         figures[f"setup_s_{size}"] = round(setup_s, 1)
+        for step, seconds in steps.items():  # import_s, embed_s, calibrate_s: where the set-up time goes
+            figures[f"setup_{step}_{size}"] = round(seconds, 1)
         print(f"{size:>6} capabilities: cold p50 {figures[f'p50_ms_{size}']} ms, p95 {figures[f'p95_ms_{size}']} ms;"
               f" warm p50 {figures[f'warm_p50_ms_{size}']} ms, p95 {figures[f'warm_p95_ms_{size}']} ms"
-              f" (set-up {setup_s:.0f} s)", flush=True)
+              f" (set-up {setup_s:.0f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()) + ")", flush=True)
     print(json.dumps(figures))
 
 

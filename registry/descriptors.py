@@ -30,7 +30,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from reach_platform.errors import Conflict
-from registry.audit import audit
+from registry.audit import audit_row, audit_rows_write
 from registry.choices import ACTIONS, VersionState
 from registry.models import Agent, AllowlistEntry, Capability, CapabilityVersion, Environment, Team
 
@@ -247,51 +247,106 @@ class ImportResult:
 def descriptors_import(*, parsed: list[ParsedDescriptor], activate: bool = False, actor=None,
                        progress=None) -> ImportResult:
     """Import parsed descriptors. Idempotent: the same version with the same content is a no-op; a new version is a
-    new row; the same version with other content is refused (versions are immutable: bump the version)."""
-    from registry.services import capability_version_activate
+    new row; the same version with other content is refused (versions are immutable: bump the version).
+
+    In bulk: the rows that exist are read in a few queries, the new teams, agents, allowlist entries, capabilities,
+    versions and their audit rows are written with ``bulk_create``, and activation goes through
+    ``capability_versions_activate`` (one lock, one update, embedding in batches). Registering 10,000 capabilities
+    is a few dozen statements, not a dozen per capability (issue 15 item 5)."""
+    from registry.services import capability_versions_activate
 
     result = ImportResult()
+    audits: list = []
+    specs = [desc.agent for desc in parsed]
+    envs = {e.name: e for e in Environment.objects.filter(name__in={s["environment"] for s in specs})}
+    teams = {t.slug: t for t in Team.objects.filter(slug__in={s["team"] for s in specs})}
+    new_teams = [Team(slug=slug, name=slug) for slug in dict.fromkeys(s["team"] for s in specs) if slug not in teams]
+    teams.update({t.slug: t for t in Team.objects.bulk_create(new_teams)})
+
+    # agents: existing ones must belong to the descriptor's team and environment
+    agents = {a.endpoint_id: a for a in Agent.objects.select_related("team", "environment").filter(
+        endpoint_id__in={s["endpoint_id"] for s in specs})}
+    new_agents: dict[str, tuple[Agent, str]] = {}
     for desc in parsed:
         spec = desc.agent
-        env = Environment.objects.get(name=spec["environment"])
-        team, _ = Team.objects.get_or_create(slug=spec["team"], defaults={"name": spec["team"]})
-        agent = Agent.objects.filter(endpoint_id=spec["endpoint_id"]).first()
+        env, team = envs[spec["environment"]], teams[spec["team"]]
+        agent = agents.get(spec["endpoint_id"])
         if agent is None:
-            agent = Agent.objects.create(endpoint_id=spec["endpoint_id"], team=team, environment=env,
-                                         display_name=spec.get("display_name", spec["endpoint_id"]),
-                                         description=spec.get("description", ""))
-            audit(action="agent.created", target=agent, actor=actor, after={"source": desc.path})
+            agent = Agent(endpoint_id=spec["endpoint_id"], team=team, environment=env,
+                          display_name=spec.get("display_name", spec["endpoint_id"]),
+                          description=spec.get("description", ""))
+            agents[agent.endpoint_id] = agent
+            new_agents[agent.endpoint_id] = (agent, desc.path)
         elif agent.environment_id != env.pk or agent.team_id != team.pk:
             raise Conflict(f"{desc.path}: agent.endpoint_id: '{agent.endpoint_id}' already belongs to "
                            f"{agent.team.slug}/{agent.environment.name}")
-        AllowlistEntry.objects.get_or_create(environment=env, endpoint_id=agent.endpoint_id,
-                                             defaults={"team": team})
+    Agent.objects.bulk_create([agent for agent, _ in new_agents.values()], batch_size=1000)
+    audits += [audit_row(action="agent.created", target=agent, actor=actor, after={"source": path})
+               for agent, path in new_agents.values()]
+
+    # allowlist entries (environment, endpoint id): created with the descriptor's team when missing
+    wanted = {(envs[s["environment"]].pk, s["endpoint_id"]): teams[s["team"]] for s in reversed(specs)}
+    have = set(AllowlistEntry.objects.filter(endpoint_id__in={e for _, e in wanted}).values_list(
+        "environment_id", "endpoint_id"))
+    AllowlistEntry.objects.bulk_create([AllowlistEntry(environment_id=env_id, endpoint_id=endpoint, team=team)
+                                        for (env_id, endpoint), team in wanted.items() if (env_id, endpoint) not in have],
+                                       batch_size=1000)
+
+    # capabilities: a name belongs to one agent
+    names = {cap["name"] for desc in parsed for cap in desc.capabilities}
+    capabilities = {c.name: c for c in Capability.objects.select_related("agent").filter(name__in=names)}
+    new_capabilities = []
+    for desc in parsed:
+        agent = agents[desc.agent["endpoint_id"]]
         for cap in desc.capabilities:
-            capability, _ = Capability.objects.get_or_create(name=cap["name"], defaults={"agent": agent})
-            if capability.agent_id != agent.pk:
-                    raise Conflict(f"{desc.path}: capabilities.name: '{cap['name']}' belongs to agent "
+            capability = capabilities.get(cap["name"])
+            if capability is None:
+                capability = capabilities[cap["name"]] = Capability(name=cap["name"], agent=agent)
+                new_capabilities.append(capability)
+            elif capability.agent_id != agent.pk:
+                raise Conflict(f"{desc.path}: capabilities.name: '{cap['name']}' belongs to agent "
                                f"'{capability.agent.endpoint_id}'")
+    Capability.objects.bulk_create(new_capabilities, batch_size=1000)
+
+    # versions: the same (capability, version) with the same content is unchanged, with other content refused
+    versions = {(v.capability_id, v.version): v for v in CapabilityVersion.objects.select_related("capability").filter(
+        capability_id__in=[c.pk for c in capabilities.values()], version__in={str(cap["version"]) for desc in parsed
+                                                                           for cap in desc.capabilities})}
+    submitted_by = actor if getattr(actor, "is_authenticated", False) else None
+    to_activate: list[CapabilityVersion] = []
+    activating: set[tuple[int, str]] = set()
+    new_versions: list[tuple[CapabilityVersion, str]] = []
+    for desc in parsed:
+        for cap in desc.capabilities:
+            capability = capabilities[cap["name"]]
             digest = descriptor_digest(cap)
-            version = CapabilityVersion.objects.filter(capability=capability, version=str(cap["version"])).first()
+            version = versions.get((capability.pk, str(cap["version"])))
             if version is not None:
                 if version.source_digest != digest:
-                            raise Conflict(f"{desc.path}: capabilities[{cap['name']}].version: version {cap['version']} "
+                    raise Conflict(f"{desc.path}: capabilities[{cap['name']}].version: version {cap['version']} "
                                    "already exists with other content; bump the version")
                 result.unchanged.append(version)
-                if activate and version.state in (VersionState.DRAFT, VersionState.SUBMITTED, VersionState.APPROVED):
-                    capability_version_activate(version=version, actor=actor, actor_label="reach_import --activate")
-                    result.activated.append(version)
+                key = (capability.pk, version.version)
+                if activate and version.state in (VersionState.DRAFT, VersionState.SUBMITTED, VersionState.APPROVED) \
+                        and key not in activating:
+                    activating.add(key)
+                    to_activate.append(version)
             else:
-                version = CapabilityVersion.objects.create(
-                    capability=capability, version=str(cap["version"]), source_digest=digest,
-                    submitted_by=actor if getattr(actor, "is_authenticated", False) else None,
-                    **version_fields(cap),
-                )
-                audit(action="version.imported", target=version, actor=actor, after={"source": desc.path})
-                result.created.append(version)
+                version = CapabilityVersion(capability=capability, version=str(cap["version"]), source_digest=digest,
+                                            submitted_by=submitted_by, **version_fields(cap))
+                versions[(capability.pk, version.version)] = version
+                new_versions.append((version, desc.path))
                 if activate:
-                    capability_version_activate(version=version, actor=actor, actor_label="reach_import --activate")
-                    result.activated.append(version)
+                    activating.add((capability.pk, version.version))
+                    to_activate.append(version)
             if progress:
                 progress()
+    CapabilityVersion.objects.bulk_create([v for v, _ in new_versions], batch_size=500)
+    result.created = [v for v, _ in new_versions]
+    audits += [audit_row(action="version.imported", target=v, actor=actor, after={"source": path})
+               for v, path in new_versions]
+    audit_rows_write(audits)
+    if to_activate:
+        result.activated = capability_versions_activate(versions=to_activate, actor=actor,
+                                                        actor_label="reach_import --activate")
     return result

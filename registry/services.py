@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from reach_platform import netguard
 from reach_platform.errors import Conflict, InvalidInput, NotFound, PermissionDenied
-from registry.audit import audit, snapshot
+from registry.audit import audit, audit_row, audit_rows_write, snapshot
 from registry.choices import AgentStatus, Liveness, Transport, VersionState
 from registry.descriptors import schema_problems
 from registry.generation import announce_versions_changed, bump_generation
@@ -295,32 +296,87 @@ def probe_health(url: str) -> bool:
 @transaction.atomic
 def capability_version_activate(*, version: CapabilityVersion, actor=None, actor_label: str = "") -> CapabilityVersion:
     """Make a version ACTIVE (retiring the previous ACTIVE one unless this is a canary) and embed it."""
-    from registry.tasks import embed_capability_version
+    return capability_versions_activate(versions=[version], actor=actor, actor_label=actor_label)[0]
 
-    version = CapabilityVersion.objects.select_for_update().get(pk=version.pk)
-    if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
-        raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
-    problems = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
-    if problems:  # what routes must validate payloads without failing (admins may activate unreviewed drafts)
-        raise InvalidInput(f"Version {version} has invalid schemas.", code="invalid_schema",
-                           details=[f"{where} {problem}" for where, problem in problems])
-    before = {"state": version.state}
-    if not version.is_canary:
-        for old in CapabilityVersion.objects.select_for_update().filter(
-            capability=version.capability, state=VersionState.ACTIVE
-        ).exclude(pk=version.pk):
-            old.state = VersionState.RETIRED
-            old.save(update_fields=["state", "updated_at"])
-            audit(action="version.retired", target=old, actor=actor, actor_label=actor_label,
-                  before={"state": VersionState.ACTIVE}, after={"state": VersionState.RETIRED})
-    version.state = VersionState.ACTIVE
-    version.activated_at = timezone.now()
-    version.save(update_fields=["state", "activated_at", "updated_at"])
-    audit(action="version.activated", target=version, actor=actor, actor_label=actor_label, before=before,
-          after={"state": VersionState.ACTIVE, "canary": version.is_canary})
-    transaction.on_commit(lambda: embed_capability_version.delay(version.pk))
-    announce_versions_changed()
-    return version
+
+EMBED_TASK_VERSIONS = 500  # versions per embedding task: the encoder batches their texts (registry.embedding_service)
+
+
+@transaction.atomic
+def capability_versions_activate(*, versions: list[CapabilityVersion], actor=None,
+                                 actor_label: str = "") -> list[CapabilityVersion]:
+    """Make versions ACTIVE in the order given, as if each were activated on its own (a later non-canary version of
+    a capability retires the one before it), in a few statements: an import of thousands of versions locks, checks,
+    updates and audits them in bulk, and embeds them in batches of ``EMBED_TASK_VERSIONS``."""
+    ids = [v.pk for v in versions]
+    locked = {v.pk: v for v in CapabilityVersion.objects.select_for_update().select_related("capability").filter(
+        pk__in=ids)}
+    capability_ids = {v.capability_id for v in locked.values()}
+    # the ACTIVE version(s) per capability before this call, locked: they may be retired below
+    active: dict[int, list[CapabilityVersion]] = {}
+    for old in CapabilityVersion.objects.select_for_update().select_related("capability").filter(
+            capability_id__in=capability_ids, state=VersionState.ACTIVE).order_by("pk"):
+        active.setdefault(old.capability_id, []).append(locked.get(old.pk, old))
+    now = timezone.now()
+    rows, out = [], []
+    checked: dict[str, list] = {}
+    activated: set[int] = set()
+    retired: set[int] = set()
+    for pk in ids:
+        version = locked[pk]
+        if version.state not in (VersionState.APPROVED, VersionState.DRAFT, VersionState.SUBMITTED):
+            raise InvalidInput(f"Version {version} is {version.state}; only an approved version can be activated.")
+        schemas = json.dumps([version.input_schema, version.output_schema, version.reject_conditions], sort_keys=True)
+        if schemas not in checked:  # an import's versions mostly share their schemas: each set is checked once
+            checked[schemas] = schema_problems(version.input_schema, version.output_schema, version.reject_conditions)
+        problems = checked[schemas]
+        if problems:  # what routes must validate payloads without failing (admins may activate unreviewed drafts)
+            raise InvalidInput(f"Version {version} has invalid schemas.", code="invalid_schema",
+                               details=[f"{where} {problem}" for where, problem in problems])
+        before = {"state": version.state}
+        current = active.setdefault(version.capability_id, [])
+        if not version.is_canary:
+            for old in [v for v in current if v.pk != version.pk]:
+                old.state = VersionState.RETIRED
+                retired.add(old.pk)
+                rows.append(audit_row(action="version.retired", target=old, actor=actor, actor_label=actor_label,
+                                      before={"state": VersionState.ACTIVE}, after={"state": VersionState.RETIRED}))
+            current[:] = [v for v in current if v.pk == version.pk]
+        version.state = VersionState.ACTIVE
+        version.activated_at = now
+        current.append(version)
+        activated.add(version.pk)
+        retired.discard(version.pk)
+        rows.append(audit_row(action="version.activated", target=version, actor=actor, actor_label=actor_label,
+                              before=before, after={"state": VersionState.ACTIVE, "canary": version.is_canary}))
+        out.append(version)
+    # the final states in at most three statements (a version activated and retired by a later one in this call
+    # keeps its activation time, as one call per version would have left it)
+    rows_of = CapabilityVersion.objects.filter
+    rows_of(pk__in=activated - retired).update(state=VersionState.ACTIVE, activated_at=now, updated_at=now)
+    rows_of(pk__in=activated & retired).update(state=VersionState.RETIRED, activated_at=now, updated_at=now)
+    rows_of(pk__in=retired - activated).update(state=VersionState.RETIRED, updated_at=now)
+    for version in out:
+        version.updated_at = now
+    audit_rows_write(rows)
+    bump_generation()  # update() sends no post_save: routing's snapshot must still see the new states
+    for start in range(0, len(ids), EMBED_TASK_VERSIONS):
+        transaction.on_commit(_embed_later(ids[start:start + EMBED_TASK_VERSIONS]))
+    announce_versions_changed()  # MCP sessions hear that their tools changed (on commit)
+    return out
+
+
+def _embed_later(version_ids: list[int]):
+    """The on-commit callback that enqueues the embedding of ``version_ids`` (one task for one version, as before)."""
+    from registry.tasks import embed_capability_version, embed_capability_versions
+
+    def enqueue() -> None:
+        if len(version_ids) == 1:
+            embed_capability_version.delay(version_ids[0])
+        else:
+            embed_capability_versions.delay(version_ids)
+
+    return enqueue
 
 
 # --- edits by people (object-level rules in registry.permissions) ---------------------------------------------

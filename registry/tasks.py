@@ -22,6 +22,23 @@ def embed_capability_version(version_id: int) -> int:
     return count
 
 
+@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=3)
+def embed_capability_versions(version_ids: list[int]) -> int:
+    """Many versions at once (an import): their texts go to the encoder in batches and the routing calibration is
+    refitted once, not once per version."""
+    from registry.embedding_service import capability_versions_embed
+    from registry.models import CapabilityVersion
+
+    versions = list(CapabilityVersion.objects.filter(pk__in=version_ids).order_by("pk"))
+    if not versions:
+        return 0
+    count = capability_versions_embed(versions=versions)
+    from registry.signals import capability_vectors_changed
+
+    capability_vectors_changed.send(sender=CapabilityVersion, version_ids=[v.pk for v in versions])
+    return count
+
+
 @shared_task(acks_late=True)
 def liveness_sweep() -> dict:
     """Beat task: move silent instances to SUSPECT/OFFLINE and probe the ones in doubt (never on a request path)."""

@@ -18,9 +18,14 @@ Method (cross-fitted conformal risk control):
    Refitting the ranker without the left-out capabilities matters: a head that saw them has learnt to push the
    other capabilities away from them, which makes simulated out-of-scope requests far too easy.
 2. Negative cases that the ranker sends to their own capability count as wrong executions. The resolver's
-   negative-case filter (a learned margin, see ``negative_margin``) is applied to every simulated case.
-3. A logistic model turns three features of the top candidate -- cosine to its centroid, margin of the ranking
-   signal over the best capability outside its family, best cosine to one of its examples -- into a probability.
+   negative-case filter (a learned margin, see ``negative_margin``) is applied to every simulated case; a negative
+   case itself meets the filter with its capability's *other* negative cases (cross-fitted like the examples:
+   compared with itself it was always filtered, so the negative cases never weighed on the cut-off).
+3. A logistic model turns four features of the top candidate -- cosine to its centroid, margin of the ranking
+   signal over the best capability outside its family, best cosine to one of its examples, keyword evidence --
+   into a probability. Its feature weights are constrained to be >= 0 (``_fit_monotone_logistic``): each feature
+   is evidence for the candidate, and an unconstrained fit on a small registry's few hundred correlated cases
+   gave the closest-example cosine a weight of -15 (a request very close to one example scored *lower*).
 4. The EXECUTE cut-off on that probability is the lowest one at which the conformal risk-control bound
    ``(n * risk + 1) / (n + 1)`` stays within the stated level, for the wrong-execution risk over the in-scope cases
    and for the out-of-scope risk over the out-of-scope cases; the stricter of the two is used. That is the
@@ -50,6 +55,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 ROUNDS = 5
 CONFIRM_RECALL = 0.90
@@ -79,18 +85,35 @@ def keyword_grams(text: str) -> set[str]:
     return grams
 
 
-def keyword_hit_matrix(texts: list[str], keywords: list[set[str]]) -> np.ndarray:
-    """(texts x capabilities): distinct keywords/tags of each capability that each normalised text matches."""
-    out = np.zeros((len(texts), len(keywords)))
+def keyword_index(keywords: list[set[str]]) -> dict[str, list[int]]:
+    """keyword or tag -> the capabilities (positions in ``keywords``) that declare it."""
     index: dict[str, list[int]] = {}
     for c, words in enumerate(keywords):
         for word in words:
             index.setdefault(word, []).append(c)
+    return index
+
+
+def keyword_hit_matrix(texts: list[str], keywords: list[set[str]],
+                       index: dict[str, list[int]] | None = None) -> sparse.csr_matrix:
+    """(texts x capabilities), sparse: distinct keywords/tags of each capability that each normalised text matches.
+    Sparse because a text hits a handful of capabilities: dense, 10,000 capabilities' examples made 8 GB. Pass
+    ``index`` (``keyword_index(keywords)``) when calling once per capability."""
+    index = keyword_index(keywords) if index is None else index
+    rows, cols = [], []
     for row, text in enumerate(texts):
         for gram in keyword_grams(text):
             for c in index.get(gram, ()):
-                out[row, c] += 1
-    return out
+                rows.append(row)
+                cols.append(c)
+    return sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(texts), len(keywords)))
+
+
+def _stack(blocks: list) -> np.ndarray | sparse.csr_matrix:
+    """Row-stack hit matrices, sparse or dense."""
+    if any(sparse.issparse(b) for b in blocks):
+        return sparse.vstack(blocks, format="csr")
+    return np.vstack(blocks)
 
 
 def language_buckets(vectors: np.ndarray) -> np.ndarray:
@@ -156,6 +179,26 @@ def default_calibration(execute_at: float = 0.75, confirm_at: float = 0.55) -> C
                        execute_at=execute_at, confirm_at=confirm_at)
 
 
+def _fit_monotone_logistic(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A logistic regression whose feature weights are all >= 0 (an active set over ``_fit_logistic``).
+
+    Every feature is evidence *for* the top candidate (a higher cosine, margin, closest example or keyword count can
+    only make it more likely right), so a negative weight is an artefact of correlated features fitted on a few
+    hundred cases -- on the example registry the closest-example weight came out at -15, which sent clear requests
+    whose closest example was very close to manual review. A feature whose weight would be negative is dropped
+    (weight 0) and the rest refitted, until every weight is >= 0."""
+    active = np.ones(X.shape[1], bool)
+    while True:
+        w_active = _fit_logistic(X[:, active], y)
+        w = np.zeros(X.shape[1] + 1)
+        w[np.flatnonzero(active)] = w_active[:-1]
+        w[-1] = w_active[-1]
+        negative = (w[:-1] < 0) & active
+        if not negative.any():
+            return w
+        active[np.argmin(np.where(active, w[:-1], np.inf))] = False
+
+
 def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 50) -> np.ndarray:
     """Newton's method (IRLS) for a small logistic regression with an intercept and a little L2."""
     Xb = np.hstack([X, np.ones((len(X), 1))])
@@ -174,7 +217,10 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 5
 def families(unit_centroids: np.ndarray) -> np.ndarray:
     """k x k: which capabilities do the same thing (centroids within SAME_FAMILY_COSINE): several agents offering
     one service. Choosing among them is load balancing and fallback, not ambiguity."""
-    return (unit_centroids @ unit_centroids.T) >= SAME_FAMILY_COSINE
+    out = np.empty((len(unit_centroids), len(unit_centroids)), dtype=bool)
+    for i in range(0, len(unit_centroids), 1024):  # in blocks: at 10,000 capabilities the products are 400 MB
+        out[i:i + 1024] = (unit_centroids[i:i + 1024] @ unit_centroids.T) >= SAME_FAMILY_COSINE
+    return out
 
 
 def _unit(m: np.ndarray) -> np.ndarray:
@@ -210,9 +256,13 @@ def capability_groups(centroids: np.ndarray, fam: np.ndarray, scheme: str, seed:
             group[comp == root] = r % ROUNDS
         return group
     from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
 
     reps = _unit(np.stack([centroids[comp == root].mean(0) for root in roots]))
-    labels = fcluster(linkage(reps.astype(np.float64), "average", metric="cosine"),
+    # cosine distances of unit vectors through one matrix product (scipy's pdist loops: ~2 min at 10,000)
+    distances = np.clip(1.0 - reps.astype(np.float64) @ reps.T.astype(np.float64), 0.0, 2.0)
+    np.fill_diagonal(distances, 0.0)
+    labels = fcluster(linkage(squareform(distances, checks=False), "average"),
                       t=max(ROUNDS, len(roots) // 10), criterion="maxclust")
     load = np.zeros(ROUNDS)
     for cluster in sorted(set(labels), key=lambda c: (-(labels == c).sum(), c)):
@@ -233,33 +283,46 @@ def top_features(ranking: np.ndarray, cos: np.ndarray, fam: np.ndarray, best_exa
     best_out = outside.max(1)
     margin = np.where(np.isfinite(best_out), ranking[rows, top] - np.where(np.isfinite(best_out), best_out, 0), 0)
     best = cos[rows, top] if best_example is None else best_example[rows, top]
-    kw = np.zeros(len(rows)) if hits is None else np.minimum(1.0, hits[rows, top] / 2.0)
+    kw = np.zeros(len(rows)) if hits is None else np.minimum(1.0, np.asarray(hits[rows, top]).ravel() / 2.0)
     return np.stack([cos[rows, top], margin, best, kw], 1), top
 
 
 class _Ranker:
     """What the resolver ranks with, fitted on some examples: the head (softmax regression) or the centroids."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, head: bool, negatives: list[np.ndarray], neg_margin: float):
+    def __init__(self, X: np.ndarray, y: np.ndarray, head: bool, negatives: list[np.ndarray], neg_margin: float,
+                 fam: np.ndarray | None = None):
+        """``fam``: the family relation over the whole registry's capabilities (computed here when not given);
+        several agents offering one service are a family whichever examples a round trains on."""
         self.negatives, self.neg_margin = negatives, neg_margin
         self.classes = np.unique(y)
-        self.X, self.y = X, y
-        self.centroids = _unit(np.stack([X[y == c].mean(0) for c in self.classes]))
-        self.fam = families(self.centroids)
+        if np.all(y[:-1] <= y[1:]):  # stacked class by class already (as simulated_cases does): no copy
+            self.X, self.y = X, y
+        else:
+            order = np.argsort(y, kind="stable")
+            self.X, self.y = X[order], y[order]
+        # grouped by class: each class's examples are rows starts[i]:ends[i]; sums per class are one reduceat
+        self.starts = np.searchsorted(self.y, self.classes)
+        self.ends = np.searchsorted(self.y, self.classes, side="right")
+        self.centroids = _unit(np.add.reduceat(self.X, self.starts, axis=0).astype(np.float64))
+        self.fam = families(self.centroids) if fam is None else fam[np.ix_(self.classes, self.classes)]
         self.W = self.b = None
         if head and len(self.classes) >= 2:
             self.W, self.b = _fit_head(X, y)
+
+    def best_example(self, Q: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """Each query's best cosine to one example of its class in ``classes`` (positions in ``self.classes``): only
+        the top candidate's closest example is a feature, so it is computed for that one class alone (for every
+        class it was a matrix product with all the registry's examples each round: minutes at 10,000)."""
+        return np.array([float((self.X[self.starts[c]:self.ends[c]] @ q).max()) for q, c in zip(Q, classes, strict=True)])
 
     def features(self, Q: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features, top class and whether the resolver's negative-case filter throws the top class out, per row.
         ``hits``: distinct keyword hits of each row's text on every capability of the registry (columns)."""
         cos = Q @ self.centroids.T
         ranking = cos if self.W is None else Q @ self.W.T + self.b
-        sims = Q @ self.X.T
-        best = np.full(cos.shape, -1.0)
-        for i, c in enumerate(self.classes):
-            best[:, i] = sims[:, self.y == c].max(1)
-        F, top = top_features(ranking, cos, self.fam, best, hits[:, self.classes])
+        F, top = top_features(ranking, cos, self.fam, None, hits[:, self.classes])
+        F[:, 2] = self.best_example(Q, top)
         top = self.classes[top]
         neg = np.array([(Q[i] @ self.negatives[c].T).max() if len(self.negatives[c]) else -np.inf
                         for i, c in enumerate(top)])
@@ -267,13 +330,13 @@ class _Ranker:
 
 
 def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool, seed: int = 0,
-                    example_hits: list[np.ndarray] | None = None, negative_hits: list[np.ndarray] | None = None):
+                    example_hits: list | None = None, negative_hits: list | None = None):
     """Cross-fitted cases: features, whether each is right, whether it is out of scope, and its language bucket.
     ``example_hits[c]`` / ``negative_hits[c]``: (texts x capabilities) distinct keyword hits of capability c's
     example / negative-case texts (zeros when not given)."""
     k = len(examples)
-    example_hits = example_hits or [np.zeros((len(E), k)) for E in examples]
-    negative_hits = negative_hits or [np.zeros((len(N), k)) for N in negatives]
+    example_hits = example_hits or [sparse.csr_matrix((len(E), k)) for E in examples]
+    negative_hits = negative_hits or [sparse.csr_matrix((len(N), k)) for N in negatives]
     centroids = _unit(np.stack([e.mean(0) for e in examples]))
     fam = families(centroids)
     sampled = set(range(k)) if k <= MAX_CAPABILITIES or head else set(
@@ -304,25 +367,33 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
                 held_y += [c] * int(mask.sum())
         if len(set(tr_y)) < 2 or not (held or out):
             continue
-        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin)
+        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin, fam)
         for cases, hits, owners, is_oos in ((held, held_h, held_y, False), (out, out_h, None, True)):
             if not cases:
                 continue
             Q = np.vstack(cases)
-            F, top, dropped = ranker.features(Q, np.vstack(hits))
+            F, top, dropped = ranker.features(Q, _stack(hits))
             feats.append(F)
             filtered.append(dropped)
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
             oos.append(np.full(len(Q), is_oos))
             buckets.append(language_buckets(Q))
-    if any(len(n) for n in negatives):
+    # the negative cases of the sampled capabilities (all of them up to MAX_CAPABILITIES), like the examples
+    scored = [c for c in range(k) if c in sampled and len(negatives[c])]
+    if scored:
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
-        ranker = _Ranker(X, y, head, negatives, neg_margin)
-        owner = np.concatenate([[c] * len(n) for c, n in enumerate(negatives)])
-        N = np.vstack([n for n in negatives if len(n)])
-        F, top, dropped = ranker.features(N, np.vstack([h for n, h in zip(negatives, negative_hits, strict=True)
-                                                        if len(n)]))
+        ranker = _Ranker(X, y, head, negatives, neg_margin, fam)
+        owner = np.concatenate([np.full(len(negatives[c]), c, dtype=int) for c in scored])
+        N = np.vstack([negatives[c] for c in scored])
+        F, top, dropped = ranker.features(N, _stack([negative_hits[c] for c in scored]))
+        # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
+        # filter compares it with its capability's *other* negative cases (compared with itself it would always be
+        # filtered, and the negative cases would never count against the EXECUTE cut-off).
+        local = np.concatenate([np.arange(len(negatives[c]), dtype=int) for c in scored])
+        for i in np.flatnonzero(top == owner):
+            rest = np.delete(negatives[owner[i]], local[i], axis=0)
+            dropped[i] = bool(len(rest)) and float((rest @ N[i]).max()) - F[i, 2] > neg_margin
         own = fam[top, owner]  # routed to (the family of) the capability that says it does not serve this
         feats.append(F[own])
         filtered.append(dropped[own])
@@ -373,8 +444,8 @@ def negative_margin(examples: list[np.ndarray], negatives: list[np.ndarray]) -> 
 
 def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool = False,
                     max_wrong: float = 0.02, max_oos: float = 0.05, seed: int = 0, execute_at: float = 0.75,
-                    confirm_at: float = 0.55, example_hits: list[np.ndarray] | None = None,
-                    negative_hits: list[np.ndarray] | None = None) -> Calibration:
+                    confirm_at: float = 0.55, example_hits: list | None = None,
+                    negative_hits: list | None = None) -> Calibration:
     """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases; the optional
     hits are their texts' keyword hits on every capability (see ``simulated_cases``)."""
     if len(examples) < 3:
@@ -383,7 +454,7 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
                                              negative_hits=negative_hits)
     if right.all() or not right.any():
         return default_calibration(execute_at, confirm_at)
-    w = _fit_logistic(F[~filtered], right[~filtered].astype(float))
+    w = _fit_monotone_logistic(F[~filtered], right[~filtered].astype(float))
     p = 1 / (1 + np.exp(-np.clip(F @ w[:4] + w[4], -30, 30)))
     p[filtered] = 0.0  # thrown out by the negative-case filter: never executed on that capability
     pooled = _cuts(p, right, oos, max_wrong, max_oos)

@@ -8,7 +8,13 @@ from django.conf import settings
 from registry.choices import VectorKind, VersionState
 from registry.embedding import embedder_name, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
-from routing.calibration import HEAD_MAX_CAPABILITIES, fit_calibration, fit_head, keyword_hit_matrix
+from routing.calibration import (
+    HEAD_MAX_CAPABILITIES,
+    fit_calibration,
+    fit_head,
+    keyword_hit_matrix,
+    keyword_index,
+)
 from routing.models import RoutingCalibration
 from routing.snapshot import bump_generation
 
@@ -38,8 +44,10 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     use_head = 3 <= len(ids) <= HEAD_MAX_CAPABILITIES and all(len(e) >= 2 for e in ex)
     reach = settings.REACH
 
-    def hits(kind: str) -> list[np.ndarray]:
-        return [keyword_hit_matrix(words[kind].get(i, []), keyword_sets) for i in ids]
+    index = keyword_index(keyword_sets)  # built once, not once per capability
+
+    def hits(kind: str) -> list:
+        return [keyword_hit_matrix(words[kind].get(i, []), keyword_sets, index) for i in ids]
 
     calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
                                   max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],

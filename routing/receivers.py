@@ -14,7 +14,7 @@ from routing.snapshot import bump_generation
 def _vectors_changed(sender, version_ids, **kwargs):
     from django.conf import settings
 
-    from routing.tasks import recalibrate
+    from routing.tasks import recalibrate_soon
 
     bump_generation()
     if settings.REACH.get("RECALIBRATE_INLINE"):
@@ -22,7 +22,7 @@ def _vectors_changed(sender, version_ids, **kwargs):
 
         calibration_refresh()
     else:
-        recalibrate.delay()
+        recalibrate_soon()
 
 
 @receiver(post_save, sender=CapabilityVersion)

@@ -2,11 +2,29 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from routing import snapshot
+
+RECALIBRATE_PENDING_KEY = "reach:recalibrate:pending"
+RECALIBRATE_PENDING_TTL = 600  # s: a lost task (its message gone before it ran) holds back new ones at most this long;
+# an expiry while the task still waits in a long queue only lets a second one in (harmless)
+
+
+def recalibrate_soon() -> bool:
+    """Enqueue one recalibration unless one is already waiting to start: an import embeds in tasks of 500
+    versions, and each one's vectors-changed signal would otherwise queue a fit of the whole registry (20 fits for
+    10,000 capabilities, each a minute). The waiting task reads the registry when it starts, so it covers every
+    change made before then; a change after its start enqueues the next one. Returns whether a task was enqueued."""
+    if not snapshot.redis_client().set(RECALIBRATE_PENDING_KEY, "1", nx=True, ex=RECALIBRATE_PENDING_TTL):
+        return False
+    recalibrate.delay()
+    return True
+
 
 @shared_task(acks_late=True)
 def recalibrate() -> dict:
     from routing.calibration_service import calibration_refresh
 
+    snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)  # from now on a change needs a run of its own
     return calibration_refresh()
 
 

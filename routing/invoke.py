@@ -156,7 +156,9 @@ def _own_task(fields: dict) -> Task | None:
 async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=None, **options) -> Task:
     """A caller's request: claimed, then run now (sync) or by a worker (async). A repeat of a request_id never
     executes twice; a repeat with ``answer`` answers an agent's question (INPUT_REQUIRED) and runs the next
-    turn."""
+    turn. ``on_step`` (optional, async, must not raise): awaited with the task and the first candidate once the
+    task is routed, before the agent is called (the MCP door reports it to its client)."""
+    on_step = options.pop("on_step", None)
     headers = options.get("headers") or InvokeHeaders()
     fields = task_fields(caller=caller, payload=payload, **options)
     row, created = await engine.db(claim, fields)
@@ -165,7 +167,7 @@ async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=No
     if row.mode == "async":
         return row
     pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
-    return await run(row, events=[pending], traceparent=headers.traceparent)
+    return await run(row, events=[pending], traceparent=headers.traceparent, on_step=on_step)
 
 
 def task_invoke(*, caller, payload: dict, **options) -> Task:
@@ -309,7 +311,7 @@ async def _admit_caller(caller_id) -> None:
     raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
 
 
-async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False) -> Task:
+async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None) -> Task:
     timeline = Timeline(row, events=events)
     try:
         if not quota_held:
@@ -326,6 +328,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         if plan.ctx is None:
             return plan.row
         try:
+            if on_step is not None:
+                await on_step(plan.row, plan.candidates[0])
             execution = await _queued(row, lambda: gateway.execute(candidates=plan.candidates, payload=row.payload,
                                                                    ctx=plan.ctx))
         except ApplicationError as exc:  # every capable agent at capacity, nothing called

@@ -9,6 +9,17 @@ MCP content blocks the result carries under ``content`` (text, image, audio, res
 ``{"content": [{"type": "image", ...}]}`` is shown as an image) or the result as JSON text; anything else
 answers ``isError`` with the task's error (or the refusal) as text.
 
+Every ``tools/call`` reports its task's steps while it runs (``Steps``): request received (task <request_id>),
+routed to <agent> (<capability@version>) and calling it (``on_step`` of the invoke path: after the plan, before
+the agent call), and the outcome (task <status> in <ms> ms, or the refusal). As log notifications
+(``notifications/message``, logger ``agent-reach``) when the client asked for them: ``logging/setLevel`` on the
+2025 revisions (the ``logging`` capability; the level holds for the session), the request's
+``io.modelcontextprotocol/logLevel`` ``_meta`` on 2026-07-28; at that level and above (a step is ``info``, a
+failure or refusal ``error``). As progress (``notifications/progress``, 0, 50 and 100 of 100, with the step as
+its message) when the request carries ``_meta.progressToken``. Without either nothing is sent. They ride the
+call's own response stream, so requests are answered as SSE streams on the 2025 revisions (on 2026-07-28 as
+JSON unless a notification is sent).
+
 List changes (``tools.listChanged``): when capability versions change (activation, retirement, promotion,
 rollback; ``registry.generation.announce_versions_changed``) every gateway node hears it on Redis
 (``TOOLS_CHANNEL``) and tells its clients: on the 2025 revisions the sessions that listed or called tools get
@@ -16,7 +27,7 @@ rollback; ``registry.generation.announce_versions_changed``) every gateway node 
 node that opened them: a client sent to another node gets 404 and initializes again, as the spec says); on
 2026-07-28 (stateless, no session) the ``subscriptions/listen`` streams get the ``tools`` event.
 
-Requests answer JSON (``json_response``); the token is ``Authorization: Bearer <token>`` (or ``Token <token>``,
+The token is ``Authorization: Bearer <token>`` (or ``Token <token>``,
 as the REST API takes it), checked on every request, and a session belongs to the caller that opened it.
 """
 
@@ -26,6 +37,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
+import time
+import warnings
 import weakref
 from typing import Any
 
@@ -36,6 +50,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
@@ -127,6 +143,61 @@ class ListChanges:
 changes = ListChanges()
 
 
+# --- a call's steps: log and progress notifications --------------------------------------------------------
+
+LOG_LEVEL_STATE = "reach.log_level"  # the level a 2025 session set (logging/setLevel), in its connection's state
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # RFC 5424, ascending
+LOGGER = "agent-reach"
+
+
+async def set_logging_level(ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    ctx.session._connection.state[LOG_LEVEL_STATE] = params.level
+    return types.EmptyResult()
+
+
+class Steps:
+    """What one ``tools/call`` tells its client while its task runs: each step as a log notification (if the
+    client asked for logs, at its level and above) and as progress (if the request has a progress token).
+    Best effort: a client gone mid-call never fails its task."""
+
+    def __init__(self, ctx, request_id: str):
+        self.ctx = ctx
+        self.request_id = request_id
+        self.started = time.monotonic()
+        meta = ctx.meta or {}
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            level = meta.get(LOG_LEVEL_META_KEY)
+        else:
+            level = ctx.session._connection.state.get(LOG_LEVEL_STATE)
+        self.level = LEVELS.index(level) if level in LEVELS else None
+
+    async def tell(self, progress: int, message: str, level: types.LoggingLevel = "info") -> None:
+        try:
+            if self.level is not None and LEVELS.index(level) >= self.level:
+                await self.ctx.session.send_notification(types.LoggingMessageNotification(
+                    params=types.LoggingMessageNotificationParams(level=level, data=message, logger=LOGGER)),
+                    related_request_id=self.ctx.request_id)
+            await self.ctx.session.report_progress(progress, 100, message)  # a no-op without a progress token
+        except Exception:
+            logger.debug("MCP step not delivered", extra={"request_id": self.request_id}, exc_info=True)
+
+    async def received(self, tool: str) -> None:
+        await self.tell(0, f"request received: task {self.request_id} (tool {tool})")
+
+    async def routed(self, row, version) -> None:
+        """The invoke path's ``on_step``: routed, the agent about to be called."""
+        await self.tell(50, f"routed to {version.agent} ({version.capability}@{version.version}); "
+                            f"calling {version.agent}")
+
+    async def finished(self, status: str, reason: str = "") -> None:
+        ms = round((time.monotonic() - self.started) * 1000)
+        await self.tell(100, f"task {status} in {ms} ms" + (f": {reason}" if reason else ""),
+                        "info" if status == "succeeded" else "error")
+
+    async def refused(self, message: str) -> None:
+        await self.tell(100, f"refused: {message}", "error")
+
+
 # --- handlers --------------------------------------------------------------------------------------------
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
@@ -170,13 +241,18 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         options = {"task": task_text}
     else:
         payload, options = arguments, {"capability": params.name}
+    steps = Steps(ctx, request_id=secrets.token_hex(16))
+    await steps.received(params.name)
     try:
-        task = await invoke(caller=caller, payload=payload, mode="sync", **options)
+        task = await invoke(caller=caller, payload=payload, mode="sync", request_id=steps.request_id,
+                            on_step=steps.routed, **options)
     except ApplicationError as exc:
+        await steps.refused(exc.message)
         return _error(exc.message, exc.details)
     body = task_output(task)
+    reason = (task.error or {}).get("message") if isinstance(task.error, dict) else task.error
+    await steps.finished(task.status, "" if task.status == "succeeded" else str(reason or ""))
     if task.status != "succeeded":
-        reason = (task.error or {}).get("message") if isinstance(task.error, dict) else task.error
         return _error(f"Task {task.request_id} is {task.status}: {reason or 'no result'}", body.get("candidates"))
     result = task.result
     structured = result if isinstance(result, dict) else {"result": result}
@@ -195,10 +271,12 @@ class _Server(Server):
                                                      experimental_capabilities, extensions)
 
 
-server = _Server("agent-reach", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool,
-                 on_subscriptions_listen=ListenHandler(changes.bus),
-                 instructions="Every ACTIVE capability of the Agent-Reach registry as a tool, and `route` to let "
-                              "the semantic router choose.")
+with warnings.catch_warnings():  # logging is deprecated on 2026-07-28, where the request's _meta asks instead
+    warnings.simplefilter("ignore", MCPDeprecationWarning)
+    server = _Server("agent-reach", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                     on_set_logging_level=set_logging_level, on_subscriptions_listen=ListenHandler(changes.bus),
+                     instructions="Every ACTIVE capability of the Agent-Reach registry as a tool, and `route` to "
+                                  "let the semantic router choose.")
 _manager: StreamableHTTPSessionManager | None = None
 
 
@@ -207,7 +285,7 @@ async def running():
     """Enter in the server's lifespan: the session manager's task group and the list-change listener live as
     long as the server."""
     global _manager
-    _manager = StreamableHTTPSessionManager(app=server, json_response=True)
+    _manager = StreamableHTTPSessionManager(app=server)  # SSE: a call's notifications ride its answer
     changes.listening = asyncio.get_running_loop().create_task(changes.listen())
     try:
         async with _manager.run():

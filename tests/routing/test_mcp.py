@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import httpx2
@@ -187,6 +188,13 @@ def test_a_session_belongs_to_the_caller_that_opened_it(user, django_user_model,
     assert own.status_code == 200 and "order.query" in own.text
 
 
+def _answer(response) -> dict:
+    """A JSON-RPC answer: the JSON body, or the last event of an SSE answer (a call's notifications ride it)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return json.loads([line[5:] for line in response.text.splitlines() if line.startswith("data:")][-1])
+    return response.json()
+
+
 def test_bad_input_is_a_4xx_or_a_json_rpc_error(user, running_agents, gateway_nodes):
     running_agents(["order-agent"])
     (node,) = gateway_nodes(1)
@@ -227,5 +235,102 @@ def test_bad_input_is_a_4xx_or_a_json_rpc_error(user, running_agents, gateway_no
     for what, response in answers.items():
         assert response.status_code < 500, (what, response.status_code, response.text)
         if response.status_code == 200:  # a JSON-RPC answer: an error, or a tool result with isError
-            body = response.json()
+            body = _answer(response)
             assert "error" in body or body["result"].get("isError") is True, (what, body)
+
+
+def test_a_call_reports_its_steps_as_progress_and_log_notifications(user, running_agents, gateway_nodes):
+    """2025-11-25: a call with a progress token hears 0, 50, 100 of 100; once the session set a logging level,
+    each call logs its steps (received with its task, routed to the agent, the outcome) at that level and
+    above; a call that asked for neither hears nothing."""
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    logs: list[types.LoggingMessageNotificationParams] = []
+    progress: list[tuple] = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+
+    async def scenario():
+        seen = {}
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with client, streamable_http_client(f"{node.url}/mcp", http_client=client) as (read, write, *_):
+            async with ClientSession(read, write, logging_callback=on_log) as session:
+                init = await session.initialize()
+                await session.call_tool("order.query", {"order_id": "1"})
+                seen["quiet"] = (list(logs), list(progress))
+                await session.call_tool("order.query", {"order_id": "2"}, progress_callback=on_progress)
+                seen["progress"] = (list(logs), list(progress))
+                await session.set_logging_level("info")
+                await session.call_tool("order.query", {"order_id": "3"})
+                seen["logged"] = (list(logs), list(progress))
+                await session.set_logging_level("error")
+                await session.call_tool("order.query", {"order_id": "4"})
+                refused = await session.call_tool("no.such.capability", {})
+                seen["errors only"] = (list(logs), list(progress))
+        return init, refused, seen
+
+    init, refused, seen = run_async(scenario())
+    assert init.capabilities.logging is not None
+    assert seen["quiet"] == ([], [])
+
+    no_logs, steps = seen["progress"]
+    assert no_logs == [] and [(v, t) for v, t, _ in steps] == [(0, 100), (50, 100), (100, 100)]
+    task = Task.objects.get(caller=user, payload={"order_id": "2"})
+    assert steps[0][2] == f"request received: task {task.key} (tool order.query)"
+    assert steps[1][2] == "routed to order-agent (order.query@1.0.0); calling order-agent"
+    assert steps[2][2].startswith("task succeeded in ") and steps[2][2].endswith(" ms")
+
+    logged, steps_after = seen["logged"]
+    assert steps_after == steps  # no progress token: no progress
+    task = Task.objects.get(caller=user, payload={"order_id": "3"})
+    assert [(entry.level, entry.logger) for entry in logged] == [("info", "agent-reach")] * 3
+    assert [entry.data for entry in logged][:2] == [
+        f"request received: task {task.key} (tool order.query)",
+        "routed to order-agent (order.query@1.0.0); calling order-agent"]
+    assert logged[2].data.startswith("task succeeded in ")
+
+    # at "error" a succeeded call logs nothing; a refusal logs its one error
+    errors = seen["errors only"][0][len(logged):]
+    assert refused.is_error
+    assert [(entry.level, entry.data.split(":")[0]) for entry in errors] == [("error", "refused")]
+    assert "no.such.capability" in errors[0].data
+
+
+def test_a_2026_call_reports_its_steps_when_the_request_asks(user, running_agents, gateway_nodes):
+    """2026-07-28 (no setLevel, no session): the request's logLevel _meta opts in to the step logs, its
+    progressToken to the progress; a call with neither is answered alone."""
+    running_agents(["order-agent"])
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    logs: list[types.LoggingMessageNotificationParams] = []
+    progress: list[float] = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async def on_progress(value, total, message):
+        progress.append(value)
+
+    async def scenario():
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with http:
+            async with Client(streamable_http_client(f"{node.url}/mcp", http_client=http), mode="2026-07-28",
+                              logging_callback=on_log) as quiet:
+                await quiet.call_tool("order.query", {"order_id": "5"})
+                heard = (list(logs), list(progress))
+            async with Client(streamable_http_client(f"{node.url}/mcp", http_client=http), mode="2026-07-28",
+                              logging_callback=on_log, log_level="info") as client:
+                called = await client.call_tool("order.query", {"order_id": "6"}, progress_callback=on_progress)
+                return client.protocol_version, heard, called
+
+    version, heard, called = run_async(scenario())
+    assert version == "2026-07-28" and not called.is_error
+    assert heard == ([], [])
+    assert progress == [0, 50, 100]
+    assert [entry.level for entry in logs] == ["info"] * 3
+    assert logs[1].data == "routed to order-agent (order.query@1.0.0); calling order-agent"

@@ -1,7 +1,7 @@
 """Async drain: N async invokes with a callback_url, against the example order agent answering after
---latency-ms, carried out by one worker node (one Celery worker process, reach_platform.serving.worker_command).
+--latency-ms, carried out by one worker node (--worker-processes Celery worker processes, reach_platform.serving.worker_command).
 
-python bench/async_drain.py [--tasks 2000] [--latency-ms 2000] [--worker-concurrency 500]
+python bench/async_drain.py [--tasks 2000] [--latency-ms 2000] [--worker-concurrency 500] [--worker-processes 1]
 
 Measures the time from the first submit to the last callback received by a local receiver, tasks lost (no
 callback within --wait seconds), duplicate executions (the agent's own count) and duplicate callbacks, and the

@@ -14,7 +14,7 @@ from reach_platform.errors import error_body
 
 logger = logging.getLogger("reach_platform.errors")
 
-API_PREFIX = "/api/"
+API_PREFIX = ("/api/", "/a2a-push/")  # what answers JSON errors: the API and the A2A agents' push endpoint
 _CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
           500: "server_error"}
 

@@ -32,12 +32,11 @@ ERRORS = {
 
 
 def add_error_responses(result, generator, request, public):
-    """drf-spectacular postprocessing hook: the error body and the error answers on every /api/v1 operation."""
+    """drf-spectacular postprocessing hook: the error body and the error answers on every operation of the schema
+    (the /api/v1 API and the A2A agents' push endpoint /a2a-push/...)."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     ref = {"$ref": "#/components/schemas/Error"}
-    for path, operations in result.get("paths", {}).items():
-        if not path.startswith("/api/v1/"):
-            continue
+    for _path, operations in result.get("paths", {}).items():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             for status, description in ERRORS.items():

@@ -237,7 +237,7 @@ class ExampleExecutor(AgentExecutor):
             return
         kind = self.state.asked.pop(task_id)
         if kind == "elicitation":
-            said = f"User response: accept, {json.dumps(data, ensure_ascii=False) if data else text}"
+            said = f"User response: accept, {json.dumps(data, ensure_ascii=False, sort_keys=True) if data else text}"
         else:
             content = data.get("content") if isinstance(data.get("content"), dict) else {}
             said = f"LLM response: {content.get('text') or text or json.dumps(data, ensure_ascii=False)}"

@@ -20,6 +20,14 @@ its message) when the request carries ``_meta.progressToken``. Without either no
 call's own response stream, so requests are answered as SSE streams on the 2025 revisions (on 2026-07-28 as
 JSON unless a notification is sent).
 
+An agent's question (the task came back ``input_required``: an A2A agent's ``input-required``) is asked of the
+client on the call's stream (``ask_client``): ``elicitation/create`` (the question's text, the JSON schema it gave
+in a data part or ``{answer: string}``) when the client declared ``elicitation``; ``sampling/createMessage`` when
+the question carries ``{"sampling": {...}}`` (the agent borrows the client's model) and the client declared
+``sampling``. The answer goes back through the one invoke path (a repeat of the request_id with ``answer``) and
+the call goes on (at most MAX_QUESTIONS questions); a declined or cancelled elicitation cancels the task through
+the state machine (and the agent's A2A task). Without the capability the question is the ``isError`` text.
+
 List changes (``tools.listChanged``): when capability versions change (activation, retirement, promotion,
 rollback; ``registry.generation.announce_versions_changed``) every gateway node hears it on Redis
 (``TOOLS_CHANNEL``) and tells its clients: on the 2025 revisions the sessions that listed or called tools get

@@ -382,7 +382,7 @@ def test_an_agents_question_is_elicited_and_the_answer_continues_the_task(user, 
     result = run_async(_asking_session(node.url, token, lambda s: s.call_tool(
         "test_elicitation", {"message": "Who are you?"}), elicitation_callback=elicit))
     assert not result.is_error, result
-    assert _text(result) == 'User response: accept, {"username": "ada", "email": "ada@example.com"}'
+    assert _text(result) == 'User response: accept, {"email": "ada@example.com", "username": "ada"}'
     (params,) = asked
     assert params.message == "Who are you?" and params.requested_schema == USER_SCHEMA  # the agent's own schema
     task = Task.objects.get(caller=user, payload={"message": "Who are you?"})

@@ -6,6 +6,13 @@ JSON-RPC at ``/`` and HTTP+JSON at ``/rest``. A message is answered like the pla
 TCK's prefixes (``scenarios/*.feature`` of the vendored TCK) gets the behaviour the TCK expects: a direct message,
 text/file/data artifacts, ``input-required``, a rejection, streamed status updates, a long task.
 
+MCP fixtures (a descriptor capability with ``fixture: elicitation`` or ``fixture: sampling``, as
+``examples/a2a/mcp-fixture-a2a-agent.yaml``; the MCP conformance run's ``test_elicitation`` and ``test_sampling``):
+a first turn whose data has ``message`` (elicitation) or ``prompt`` (sampling) is answered ``input-required``: the
+message as text with a data part ``{"requestedSchema": {username, email}}``, or a data part ``{"sampling":
+{"messages": [...], "maxTokens": 100}}`` (the agent borrows its caller's model: see README *A2A and MCP*); the next
+turn completes with MCP text content ``User response: ...`` / ``LLM response: <the model's text>``.
+
 Test hooks (not part of A2A): ``GET /stats`` (executions per message id and task id) and ``POST /faults``
 (``{"card_url": "...", "card_name": "...", "extra_skill": "...", "reset": true}`` change the card it serves, as an
 agent that rewrites its own card would; ``latency_ms`` delays every answer).
@@ -58,6 +65,11 @@ def _data_part(value: dict) -> Part:
     return Part(data=json_format.ParseDict(value, Value()), media_type="application/json")
 
 
+USER_SCHEMA = {"type": "object", "properties": {"username": {"type": "string", "description": "Your username"},
+                                               "email": {"type": "string", "description": "Your email address"}},
+               "required": ["username", "email"]}
+
+
 def message_input(message) -> tuple[str, dict]:
     """The text and the data (our payload) of an A2A message."""
     texts, data = [], {}
@@ -82,6 +94,8 @@ class ExampleState:
         self.contexts: dict[str, str] = {}  # message id -> context id
         self.texts: dict[str, str] = {}  # message id -> its text parts
         self.faults: dict = {}
+        self.fixtures = {c["fixture"] for c in descriptor["capabilities"] if c.get("fixture")}
+        self.asked: dict[str, str] = {}  # task id -> the fixture question it asked (elicitation, sampling)
 
     @property
     def endpoint_id(self) -> str:
@@ -188,6 +202,9 @@ class ExampleExecutor(AgentExecutor):
             raise A2AError("rejected")
         elif mid.startswith("tck-complete-task"):
             await updater.complete(updater.new_agent_message([Part(text="Hello from TCK")]))
+        elif self.state.fixtures and (follow_up and task_id in self.state.asked or not follow_up and
+                                      self._fixture_of(message) is not None):
+            await self._fixture_turn(updater, task_id, message, follow_up)
         else:
             text, data = message_input(message)
             result = self.state.answer(text, data)
@@ -195,6 +212,37 @@ class ExampleExecutor(AgentExecutor):
                 result["follow_up"] = True
             await updater.add_artifact(parts=[_data_part(result)], name="result")
             await updater.complete()
+
+    def _fixture_of(self, message) -> str | None:
+        data = message_input(message)[1]
+        if "elicitation" in self.state.fixtures and isinstance(data.get("message"), str):
+            return "elicitation"
+        if "sampling" in self.state.fixtures and isinstance(data.get("prompt"), str):
+            return "sampling"
+        return None
+
+    async def _fixture_turn(self, updater: TaskUpdater, task_id: str, message, follow_up: bool) -> None:
+        """The MCP fixtures: ask (input-required) on the first turn, answer with what came back on the next."""
+        text, data = message_input(message)
+        if not follow_up:
+            kind = self._fixture_of(message)
+            self.state.asked[task_id] = kind or ""
+            if kind == "elicitation":
+                parts = [Part(text=data["message"]), _data_part({"requestedSchema": USER_SCHEMA})]
+            else:
+                parts = [Part(text="The agent asks your model."), _data_part({"sampling": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": data["prompt"]}}],
+                    "maxTokens": 100}})]
+            await updater.requires_input(updater.new_agent_message(parts))
+            return
+        kind = self.state.asked.pop(task_id)
+        if kind == "elicitation":
+            said = f"User response: accept, {json.dumps(data, ensure_ascii=False, sort_keys=True) if data else text}"
+        else:
+            content = data.get("content") if isinstance(data.get("content"), dict) else {}
+            said = f"LLM response: {content.get('text') or text or json.dumps(data, ensure_ascii=False)}"
+        await updater.add_artifact(parts=[_data_part({"content": [{"type": "text", "text": said}]})], name="result")
+        await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if context.task_id is None or context.context_id is None:

@@ -87,8 +87,11 @@ def outcome_of_task(task: dict) -> tuple[str, Any, str]:
     if state == "TASK_STATE_REJECTED":
         return AttemptOutcome.CLIENT_ERROR, None, f"the agent rejected the task{': ' + said if said else ''}"
     if state == "TASK_STATE_INPUT_REQUIRED":
+        # the question's data parts (a JSON schema for the answer, a sampling request: see the MCP door) ride along
+        data = {k: v for p in message_parts if isinstance(p.get("data"), dict) for k, v in p["data"].items()}
         return AttemptOutcome.INPUT_REQUIRED, {"question": said, "task_id": task.get("id", ""),
-                                               "context_id": task.get("contextId", "")}, ""
+                                               "context_id": task.get("contextId", ""),
+                                               **({"data": data} if data else {})}, ""
     if state in INTERRUPTED:
         return AttemptOutcome.CLIENT_ERROR, None, f"the agent asks for {state}{': ' + said if said else ''}"
     return AttemptOutcome.SERVER_ERROR, None, f"A2A task ended {state}{': ' + said if said else ''}"

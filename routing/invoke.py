@@ -432,7 +432,8 @@ def _record(plan: Plan, execution: gateway.Execution) -> Task:
     attempts = execution.attempts
     if execution.ok and execution.input_required:
         question = execution.result or {}
-        row.result = {"question": question.get("question", "")}
+        row.result = {"question": question.get("question", ""),
+                      **({"data": question["data"]} if question.get("data") else {})}  # a schema, a sampling request
         row.options = {**(row.options or {}), "a2a": {k: question.get(k) for k in ("task_id", "context_id")}
                        | {"turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
         timeline.move(TaskStatus.INPUT_REQUIRED)

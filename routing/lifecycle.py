@@ -132,7 +132,8 @@ def task_a2a_report(*, task: Task, a2a_task: dict, source: str) -> Task:
         turn = ((task.options or {}).get("a2a") or {})
         timeline = Timeline(task)
         timeline.move(TaskStatus.INPUT_REQUIRED, reported_by=source)
-        task.result = {"question": value.get("question", "")}
+        task.result = {"question": value.get("question", ""),
+                       **({"data": value["data"]} if value.get("data") else {})}
         task.options = {**(task.options or {}), "a2a": {**turn, "task_id": value.get("task_id") or turn.get("task_id"),
                                                         "context_id": value.get("context_id") or turn.get("context_id")}}
         timeline.commit(fields=["result", "options"], expect=list(_A2A_WAITING))

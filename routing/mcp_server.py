@@ -20,6 +20,14 @@ its message) when the request carries ``_meta.progressToken``. Without either no
 call's own response stream, so requests are answered as SSE streams on the 2025 revisions (on 2026-07-28 as
 JSON unless a notification is sent).
 
+An agent's question (the task came back ``input_required``: an A2A agent's ``input-required``) is asked of the
+client on the call's stream (``ask_client``): ``elicitation/create`` (the question's text, the JSON schema it gave
+in a data part or ``{answer: string}``) when the client declared ``elicitation``; ``sampling/createMessage`` when
+the question carries ``{"sampling": {...}}`` (the agent borrows the client's model) and the client declared
+``sampling``. The answer goes back through the one invoke path (a repeat of the request_id with ``answer``) and
+the call goes on (at most MAX_QUESTIONS questions); a declined or cancelled elicitation cancels the task through
+the state machine (and the agent's A2A task). Without the capability the question is the ``isError`` text.
+
 List changes (``tools.listChanged``): when capability versions change (activation, retirement, promotion,
 rollback; ``registry.generation.announce_versions_changed``) every gateway node hears it on Redis
 (``TOOLS_CHANNEL``) and tells its clients: on the 2025 revisions the sessions that listed or called tools get
@@ -51,6 +59,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
@@ -58,6 +67,7 @@ from pydantic import TypeAdapter, ValidationError
 from reach_platform import engine
 from reach_platform.errors import ApplicationError, error_body
 from registry.generation import TOOLS_CHANNEL
+from routing.choices import TaskStatus
 
 logger = logging.getLogger(__name__)
 PATH = "/mcp"
@@ -246,6 +256,14 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     try:
         task = await invoke(caller=caller, payload=payload, mode="sync", request_id=steps.request_id,
                             on_step=steps.routed, **options)
+        for _ in range(MAX_QUESTIONS):  # the agent asks: the client answers (elicitation, sampling), bounded
+            if task.status != "input_required":
+                break
+            answer, refusal = await ask_client(ctx, task, steps)
+            if refusal is not None:
+                return refusal
+            task = await invoke(caller=caller, payload=payload, mode="sync", request_id=steps.request_id,
+                                answer=answer, **options)
     except ApplicationError as exc:
         await steps.refused(exc.message)
         return _error(exc.message, exc.details)
@@ -259,6 +277,90 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if params.name == ROUTE_TOOL:
         structured = {k: body[k] for k in ("request_id", "agent", "capability_version", "result")}
     return types.CallToolResult(content=content_of(result), structured_content=structured)
+
+
+# --- an agent's question (input_required): asked of the client --------------------------------------------
+
+MAX_QUESTIONS = 5  # questions relayed in one tools/call; one more leaves the task input_required (isError)
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+def _can(ctx, capability: str) -> bool:
+    """The client declared ``elicitation``/``sampling`` and this request can carry a server request (the 2025
+    revisions' SSE answer; 2026-07-28 has no back channel)."""
+    declared = ctx.session.client_capabilities
+    with contextlib.suppress(Exception):
+        return declared is not None and getattr(declared, capability) is not None and ctx.session.can_send_request
+    return False
+
+
+def requested_schema(data: dict) -> dict | None:
+    """The JSON schema an agent's question gives for its answer (a data part's ``requestedSchema`` or
+    ``schema``: an object schema), else None."""
+    for key in ("requestedSchema", "schema"):
+        schema = data.get(key)
+        if isinstance(schema, dict) and schema.get("type") == "object" and isinstance(schema.get("properties"), dict):
+            return schema
+    return None
+
+
+def _declined(task_pk: int, action: str) -> bool:
+    """The client declined (or cancelled) the agent's question: the task is cancelled through the state machine
+    and the agent's A2A task too (it stops waiting), as the A2A door's CancelTask does."""
+    from routing.models import Task
+    from routing.reaper import _cancel_a2a_task
+    from routing.transitions import Timeline
+
+    task = Task.objects.select_related("instance").get(pk=task_pk)
+    timeline = Timeline(task)
+    timeline.move(TaskStatus.CANCELLED, reason=f"MCP client: elicitation {action}")
+    if not timeline.commit(expect=[TaskStatus.INPUT_REQUIRED]):
+        return False
+    _cancel_a2a_task(task)
+    return True
+
+
+async def ask_client(ctx, task, steps: Steps) -> tuple[Any, types.CallToolResult | None]:
+    """Relay the task's question to the MCP client: a question carrying ``{"sampling": {...}}`` (an agent
+    borrowing the client's model) as ``sampling/createMessage``, the model's answer (the CreateMessageResult)
+    being the task's answer; any other as ``elicitation/create`` (the question's text, the schema it gave or
+    ``{answer: string}``), the accepted content being the answer (``answer``'s string for the default schema).
+    Returns (answer, None) or (None, the tool's error result): no capability, declined, cancelled."""
+    question = task.result or {}
+    text = str(question.get("question") or "")
+    data: dict = question["data"] if isinstance(question.get("data"), dict) else {}
+    asks = f"Task {task.request_id} is input_required: the agent asks: {text or '(no text)'}"
+    meta = ServerMessageMetadata(related_request_id=ctx.request_id)
+    try:
+        if isinstance(data.get("sampling"), dict):
+            if not _can(ctx, "sampling"):
+                return None, _error(f"{asks} (it asks to sample the client's model; this client declared no "
+                                    "sampling capability)")
+            await steps.tell(50, f"task {task.request_id} input_required: the agent asks the client's model")
+            sampling = types.CreateMessageRequestParams.model_validate(data["sampling"], by_name=False)
+            sampled = await ctx.session.send_request(types.CreateMessageRequest(params=sampling),
+                                                     types.CreateMessageResult, metadata=meta)
+            return sampled.model_dump(by_alias=True, mode="json", exclude_none=True), None
+        if not _can(ctx, "elicitation"):
+            return None, _error(asks)
+        schema = requested_schema(data)
+        await steps.tell(50, f"task {task.request_id} input_required: asking the client (elicitation)")
+        elicited = await ctx.session.send_request(types.ElicitRequest(params=types.ElicitRequestFormParams(
+            message=text or "The agent needs an answer.", requested_schema=schema or ANSWER_SCHEMA)),
+            types.ElicitResult, metadata=meta)
+    except ValidationError as exc:
+        return None, _error(f"{asks} (its sampling request is not valid: {exc.errors()[0].get('msg')})")
+    except Exception as exc:  # the client answered an error (MCPError) or is gone: the task still asks
+        logger.info("MCP client did not answer the agent's question", extra={"request_id": task.request_id},
+                    exc_info=True)
+        return None, _error(f"{asks} (the client did not answer: {exc})")
+    if elicited.action != "accept":
+        cancelled = await engine.db(_declined, task.pk, elicited.action)
+        await steps.finished("cancelled" if cancelled else task.status, f"the client's user chose {elicited.action}")
+        return None, _error(f"Task {task.request_id} {'is cancelled' if cancelled else 'was not answered'}: the "
+                            f"user chose {elicited.action} when the agent asked: {text}")
+    content = dict(elicited.content or {})
+    return (content.get("answer") if schema is None and isinstance(content.get("answer"), str) else content), None
 
 
 class _Server(Server):

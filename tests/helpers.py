@@ -249,3 +249,30 @@ class A2AAgentProcess:
 
     def stop(self) -> None:
         stop_group(self.proc, 5)
+
+
+MCP_FIXTURE_A2A = "../a2a/mcp-fixture-a2a-agent.yaml"  # relative to DESCRIPTORS
+
+
+def a2a_agent_registered_from_card(url: str, team: str = "conformance") -> list[str]:
+    """Register an A2A agent from its card (the card import service), activate and embed its skills' drafts and
+    publish the routing snapshot, as ``make run`` does for its A2A agent; returns the capability names."""
+    from registry.a2a_cards import agent_card_import
+    from registry.choices import VersionState
+    from registry.embedding import get_embedder
+    from registry.embedding_service import capability_version_embed
+    from registry.models import CapabilityVersion
+    from registry.services import capability_version_activate
+    from routing import a2a_transport, snapshot
+    from routing.calibration_service import calibration_refresh
+
+    record = agent_card_import(url=url, team=team, environment="dev", actor_label="tests")
+    versions = list(CapabilityVersion.objects.filter(capability__agent=record.agent, state=VersionState.DRAFT))
+    embedder = get_embedder()
+    for version in versions:
+        capability_version_activate(version=version, actor_label="tests")
+        capability_version_embed(version=version, embedder=embedder)
+    calibration_refresh()
+    snapshot.bump_generation()
+    a2a_transport._registered.clear()
+    return [v.capability.name for v in versions]

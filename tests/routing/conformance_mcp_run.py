@@ -8,6 +8,10 @@ serves it) on the test database; a caller token. The suite's client sends no cre
 streaming proxy that adds ``Authorization: Bearer <token>`` and notes the protocol revision each initialize
 negotiated. Prints every check and fails on any FAILURE.
 
+The elicitation and sampling scenarios' tools are the skills of an A2A agent (``examples/a2a_agent.py`` with
+``examples/a2a/mcp-fixture-a2a-agent.yaml``) registered from its agent card (``registry.a2a_cards``): its
+input-required questions are relayed to the suite's client as ``elicitation/create`` / ``sampling/createMessage``.
+
 Revisions: suite 0.1.10 speaks the 2025-11-25 revision (its client's latest); it has no 2026-07-28 scenarios
 (its later releases need Node 22). The 2026-07-28 wire is checked with the official Python client in
 tests/routing/test_mcp.py (list, call, subscriptions/listen).
@@ -34,7 +38,16 @@ from registry.models import CapabilityVersion
 from routing import snapshot
 from routing.calibration_service import calibration_refresh
 from tests.factories import agent_client, allowlisted
-from tests.helpers import BASE, AgentProcess, GatewayProcess, free_port, wait_http_ok
+from tests.helpers import (
+    BASE,
+    MCP_FIXTURE_A2A,
+    A2AAgentProcess,
+    AgentProcess,
+    GatewayProcess,
+    a2a_agent_registered_from_card,
+    free_port,
+    wait_http_ok,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SUITE = "@modelcontextprotocol/conformance@0.1.10"
@@ -43,14 +56,11 @@ AGENT = "mcp-fixture-agent"
 SCENARIOS = ["server-initialize", "ping", "tools-list", "tools-call-simple-text", "tools-call-image",
              "tools-call-audio", "tools-call-embedded-resource", "tools-call-mixed-content", "tools-call-error",
              # the gateway's own step notifications of every call (routing.mcp_server.Steps)
-             "tools-call-with-logging", "tools-call-with-progress"]
+             "tools-call-with-logging", "tools-call-with-progress",
+             # an A2A agent's input-required question relayed to the client (routing.mcp_server.ask_client)
+             "tools-call-elicitation", "tools-call-sampling"]
 # tools-call scenarios not run, and why (printed with the report)
-NOT_RUN = {
-    "tools-call-sampling": "the tool must ask the client's LLM (sampling/createMessage); the gateway has none to "
-                           "relay an agent's request to",
-    "tools-call-elicitation": "the tool must ask the user (elicitation/create); A2A input-required is answered "
-                              "through the invoke API, not mapped to elicitation yet",
-}
+NOT_RUN: dict[str, str] = {}
 
 
 def _proxy(target: str, token: str, revisions: list[str]):
@@ -122,6 +132,8 @@ def _checks(out: Path) -> list[dict]:
 
 def test_mcp_conformance(user, tmp_path):
     agent = _fixture_agent_ready(tmp_path)
+    asking = A2AAgentProcess(MCP_FIXTURE_A2A).start()  # test_elicitation, test_sampling: registered from its card
+    assert sorted(a2a_agent_registered_from_card(asking.url)) == ["test_elicitation", "test_sampling"]
     node = GatewayProcess(LOG_LEVEL="WARNING").start()
     token = Token.objects.create(user=user).key
     revisions: list[str] = []
@@ -152,6 +164,7 @@ def test_mcp_conformance(user, tmp_path):
         proxy.should_exit = True
         node.stop()
         agent.stop()
+        asking.stop()
     print(f"\nMCP conformance ({SUITE}), protocol revision negotiated: {sorted(set(revisions)) or '?'}")
     for scenario, check, status, error in rows:
         print(f"  {status:8} {scenario:32} {check}{'  ' + error if error else ''}")

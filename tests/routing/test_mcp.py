@@ -334,3 +334,119 @@ def test_a_2026_call_reports_its_steps_when_the_request_asks(user, running_agent
     assert progress == [0, 50, 100]
     assert [entry.level for entry in logs] == ["info"] * 3
     assert logs[1].data == "routed to order-agent (order.query@1.0.0); calling order-agent"
+
+
+# --- an A2A agent's questions, asked of the client (elicitation, sampling) -------------------------------------
+
+USER_SCHEMA = {"type": "object", "properties": {"username": {"type": "string", "description": "Your username"},
+                                               "email": {"type": "string", "description": "Your email address"}},
+               "required": ["username", "email"]}
+
+
+@pytest.fixture
+def asking_agent(settings):
+    """examples/a2a_agent.py with the MCP fixtures (examples/a2a/mcp-fixture-a2a-agent.yaml), registered from its
+    card: test_elicitation asks for a username and an email, test_sampling asks the client's model."""
+    from tests.helpers import MCP_FIXTURE_A2A, A2AAgentProcess, a2a_agent_registered_from_card
+
+    settings.REACH = {**settings.REACH, "AGENT_ALLOWED_NETWORKS": ["127.0.0.0/8"]}
+    proc = A2AAgentProcess(MCP_FIXTURE_A2A).start()
+    try:
+        assert sorted(a2a_agent_registered_from_card(proc.url)) == ["test_elicitation", "test_sampling"]
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+async def _asking_session(url: str, token: str, work, **callbacks):
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with client, streamable_http_client(f"{url}/mcp", http_client=client) as (read, write, *_):
+        async with ClientSession(read, write, **callbacks) as session:
+            await session.initialize()
+            return await work(session)
+
+
+def test_an_agents_question_is_elicited_and_the_answer_continues_the_task(user, asking_agent, gateway_nodes):
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(context, params):
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"username": "ada", "email": "ada@example.com"})
+
+    result = run_async(_asking_session(node.url, token, lambda s: s.call_tool(
+        "test_elicitation", {"message": "Who are you?"}), elicitation_callback=elicit))
+    assert not result.is_error, result
+    assert _text(result) == 'User response: accept, {"email": "ada@example.com", "username": "ada"}'
+    (params,) = asked
+    assert params.message == "Who are you?" and params.requested_schema == USER_SCHEMA  # the agent's own schema
+    task = Task.objects.get(caller=user, payload={"message": "Who are you?"})
+    assert task.status == "succeeded" and task.options["a2a"]["answer"] == {"username": "ada",
+                                                                             "email": "ada@example.com"}
+    assert [e.to_status for e in task.events.order_by("id")] == [
+        "pending", "routed", "running", "input_required", "pending", "routed", "running", "succeeded"]
+    # one A2A task, two turns: the question, then the answer as its next message
+    stats = asking_agent.stats()
+    assert list(stats["tasks"].values()) == [2] and len(stats["executions"]) == 2
+
+
+def test_a_declined_question_cancels_the_task_and_the_agents_task(user, asking_agent, gateway_nodes):
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+
+    async def decline(context, params):
+        return types.ElicitResult(action="decline")
+
+    result = run_async(_asking_session(node.url, token, lambda s: s.call_tool(
+        "test_elicitation", {"message": "Your email?"}), elicitation_callback=decline))
+    assert result.is_error and "is cancelled: the user chose decline" in _text(result)
+    task = Task.objects.get(caller=user, payload={"message": "Your email?"})
+    assert task.status == "cancelled"
+    assert [e.to_status for e in task.events.order_by("id")][-2:] == ["input_required", "cancelled"]
+    remote = httpx.post(asking_agent.url, headers={"A2A-Version": "1.0"}, timeout=5, json={
+        "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task.options["a2a"]["task_id"]}}).json()
+    assert remote["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+def test_an_agent_borrows_the_clients_model_through_sampling(user, asking_agent, gateway_nodes):
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+    sampled: list[types.CreateMessageRequestParams] = []
+
+    async def sample(context, params):
+        sampled.append(params)
+        return types.CreateMessageResult(role="assistant", model="test-model",
+                                         content=types.TextContent(type="text", text="Paris"))
+
+    result = run_async(_asking_session(node.url, token, lambda s: s.call_tool(
+        "test_sampling", {"prompt": "Capital of France?"}), sampling_callback=sample))
+    assert not result.is_error, result
+    assert _text(result) == "LLM response: Paris"
+    (params,) = sampled
+    assert params.max_tokens == 100
+    assert [(m.role, m.content.text) for m in params.messages] == [("user", "Capital of France?")]
+    task = Task.objects.get(caller=user, payload={"prompt": "Capital of France?"})
+    assert task.status == "succeeded"
+    assert task.options["a2a"]["answer"]["model"] == "test-model"  # the CreateMessageResult is the answer
+
+
+def test_a_client_without_the_capabilities_gets_the_question_as_an_error(user, asking_agent, gateway_nodes):
+    (node,) = gateway_nodes(1)
+    token = Token.objects.create(user=user).key
+
+    async def calls(session):
+        return (await session.call_tool("test_elicitation", {"message": "Who are you?"}),
+                await session.call_tool("test_sampling", {"prompt": "Capital of France?"}))
+
+    asked, sampling = run_async(_asking_session(node.url, token, calls))
+    assert asked.is_error and _text(asked).endswith("is input_required: the agent asks: Who are you?")
+    assert sampling.is_error and "declared no sampling capability" in _text(sampling)
+    # nothing answered, nothing cancelled: the tasks still ask (answerable through the invoke API)
+    assert set(Task.objects.filter(caller=user).values_list("status", flat=True)) == {"input_required"}
+    assert Task.objects.get(caller=user, payload={"message": "Who are you?"}).result == {
+        "question": "Who are you?", "data": {"requestedSchema": USER_SCHEMA}}

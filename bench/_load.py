@@ -117,3 +117,29 @@ def load(url: str, body_for, **kwargs) -> LoadResult:
         return uvloop.run(run_load(url, body_for, **kwargs))
     except ImportError:
         return asyncio.run(run_load(url, body_for, **kwargs))
+
+
+def http_sink(on_body: Callable[[bytes], None] | None = None):
+    """A minimal asyncio HTTP/1.1 server connection handler (for ``asyncio.start_server``): answers every request
+    200 with an empty body, keeping the connection open, and hands each request body to ``on_body`` (the callers'
+    callback endpoint of the async benchmarks)."""
+
+    async def handle(reader, writer):
+        try:
+            while await reader.readline():
+                length = 0
+                while (header := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = header.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = await reader.readexactly(length) if length else b""
+                if on_body is not None:
+                    on_body(body)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    return handle

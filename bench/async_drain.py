@@ -22,42 +22,26 @@ from pathlib import Path
 
 import httpx
 from _common import serve_gateway, setup_django, start_order_agent, start_worker
-from _load import run_load
+from _load import http_sink, run_load
 
 BASE = Path(__file__).resolve().parent.parent
 
 
 class Receiver:
-    """The callers' callback endpoint: a minimal asyncio HTTP/1.1 server that records each delivery."""
+    """The callers' callback endpoint: records each delivery by request_id."""
 
     def __init__(self):
         self.received: dict[str, int] = {}
         self.last_at = 0.0
+        self.handle = http_sink(self._record)
 
-    async def handle(self, reader, writer):
+    def _record(self, body: bytes) -> None:
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                length = 0
-                while True:
-                    header = await reader.readline()
-                    if header in (b"\r\n", b""):
-                        break
-                    name, _, value = header.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                body = json.loads(await reader.readexactly(length)) if length else {}
-                rid = body.get("request_id", "")
-                self.received[rid] = self.received.get(rid, 0) + 1
-                self.last_at = time.perf_counter()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-            pass
-        finally:
-            writer.close()
+            rid = json.loads(body).get("request_id", "") if body else ""
+        except ValueError:
+            return
+        self.received[rid] = self.received.get(rid, 0) + 1
+        self.last_at = time.perf_counter()
 
 
 def main() -> None:

@@ -30,31 +30,11 @@ from _common import (
     start_order_agent,
     start_worker,
 )
+from _load import http_sink
 
 BASE = Path(__file__).resolve().parent.parent
 TEXTS = ["where is my order 12345", "summarize this quarterly report for me", "send a message to the on-call team",
          "generate the weekly sales report", "write a python function that parses dates", "查询我的订单物流"]
-
-
-async def _callback_sink(reader, writer):
-    try:
-        while True:
-            line = await reader.readline()
-            if not line:
-                break
-            length = 0
-            while (header := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = header.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if length:
-                await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
 
 
 def _sample(groups: dict[str, int]) -> dict[str, float]:
@@ -89,7 +69,7 @@ def main() -> None:
     errors = {"sync": 0, "async": 0, "resolve": 0}
 
     async def scenario():
-        sink = await asyncio.start_server(_callback_sink, "127.0.0.1", 0, backlog=1024)
+        sink = await asyncio.start_server(http_sink(), "127.0.0.1", 0, backlog=1024)
         hook = f"http://127.0.0.1:{sink.sockets[0].getsockname()[1]}/hook"
         rng = random.Random(0)
         limits = httpx.Limits(max_connections=256)

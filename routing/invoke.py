@@ -64,7 +64,7 @@ def _reach(key: str):
     return settings.REACH[key]
 
 
-def _random_id() -> str:
+def random_id() -> str:
     """128 random bits as hex, for ids that must be unique but not secret (a trace id, a default request_id):
     ``uuid4`` asks the kernel for them on every call, which showed in the invoke path's profile."""
     return f"{random.getrandbits(128):032x}"
@@ -75,7 +75,7 @@ def _trace_from(headers: InvokeHeaders) -> str:
         return headers.trace_id[:64]
     if headers.traceparent and len(headers.traceparent.split("-")) == 4:
         return headers.traceparent.split("-")[1]
-    return _random_id()
+    return random_id()
 
 
 # --- invoke: claim or repeat ------------------------------------------------------------------------------
@@ -94,7 +94,7 @@ def task_fields(*, caller, payload: dict, task: str | None = None, capability: s
     budget = _reach("RETRY_BUDGET") if headers.retry_budget is None else min(headers.retry_budget,
                                                                             _reach("RETRY_BUDGET"))
     return dict(
-        request_id=request_id or _random_id(), caller=caller, mode=mode, capability_requested=capability or "",
+        request_id=request_id or random_id(), caller=caller, mode=mode, capability_requested=capability or "",
         task_text=task or "", payload=payload, callback_url=callback_url, user_key=user_key,
         top_k=top_k or _reach("TOP_K"), retry_budget=budget, depth=headers.depth,
         call_path=list(headers.call_path), trace_id=_trace_from(headers), parent_request_id=headers.parent_request_id,

@@ -45,7 +45,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 import time
 import warnings
 import weakref
@@ -236,7 +235,7 @@ def content_of(result: Any) -> list:
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     from routing.api.serializers import task_output
-    from routing.invoke import invoke
+    from routing.invoke import invoke, random_id
 
     changes.hold(ctx)
     caller = ctx.request.scope.get(SCOPE_CALLER) if ctx.request is not None else None
@@ -251,7 +250,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         options = {"task": task_text}
     else:
         payload, options = arguments, {"capability": params.name}
-    steps = Steps(ctx, request_id=secrets.token_hex(16))
+    steps = Steps(ctx, request_id=random_id())  # the invoke path's own default, made here to name it at once
     await steps.received(params.name)
     try:
         task = await invoke(caller=caller, payload=payload, mode="sync", request_id=steps.request_id,

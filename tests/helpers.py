@@ -26,6 +26,63 @@ def as_user(user):
     return client
 
 
+PROXY_DROPPED = {"content-length", "transfer-encoding", "connection", "keep-alive"}  # hop by hop: re-framed here
+
+
+def token_proxy(target: str, token: str, *, keep_host: bool = True, on_answer=None):
+    """An ASGI app for the conformance suites, which send no credentials: every request is forwarded to ``target``
+    with ``Authorization: Bearer <token>`` and its answer streamed back as it comes (server-sent events
+    included). ``keep_host``: the gateway sees the proxy's Host (so the cards it serves point at the proxy).
+    ``on_answer(request_body, answer_head)`` is called with the first 64 KiB of each answer."""
+    import httpx
+
+    client = httpx.AsyncClient(timeout=httpx.Timeout(120, connect=5, read=None))
+    dropped = {b"authorization", b"content-length", *([] if keep_host else [b"host"])}
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k not in dropped]
+        path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
+        request = client.build_request(scope["method"], target + path, content=body,
+                                       headers=[*headers, ("authorization", f"Bearer {token}")])
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raw = f"proxy: {type(exc).__name__}".encode()
+            await send({"type": "http.response.start", "status": 502,
+                        "headers": [(b"content-length", str(len(raw)).encode())]})
+            await send({"type": "http.response.body", "body": raw})
+            return
+        head = b""
+        try:
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()
+                                    if k.lower() not in PROXY_DROPPED]})
+            try:
+                async for chunk in response.aiter_raw():
+                    if len(head) < 65536:
+                        head += chunk
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError:
+                pass  # the gateway closed a stream (a GET stream whose session ended)
+            await send({"type": "http.response.body", "body": b""})
+        except OSError:
+            pass  # the suite closed a stream early
+        finally:
+            await response.aclose()
+        if on_answer is not None:
+            on_answer(body, head)
+
+    return app
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -23,7 +23,6 @@ import subprocess
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 from django.core.management import call_command
@@ -35,53 +34,10 @@ from registry.models import CapabilityVersion
 from registry.services import capability_version_activate
 from routing import snapshot
 from routing.calibration_service import calibration_refresh
-from tests.helpers import A2AAgentProcess, WorkerProcess, free_port, wait_http_ok
+from tests.helpers import A2AAgentProcess, WorkerProcess, free_port, token_proxy, wait_http_ok
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KNOWN_TCK_DEFECTS = {"CORE-SEND-003"}
-HOP_BY_HOP = {"content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"}
-
-
-def _proxy(target: str, token: str):
-    """An ASGI app forwarding every request to ``target`` with ``Authorization: Bearer <token>``, the answer
-    streamed back as it comes (server-sent events)."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(120, connect=5))
-
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-                   if k not in (b"authorization", b"content-length")]
-        path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
-        request = client.build_request(scope["method"], target + path, content=body,
-                                       headers=[*headers, ("authorization", f"Bearer {token}")])
-        try:
-            response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raw = f"proxy: {type(exc).__name__}".encode()
-            await send({"type": "http.response.start", "status": 502, "headers": [(b"content-length",
-                                                                                  str(len(raw)).encode())]})
-            await send({"type": "http.response.body", "body": raw})
-            return
-        try:
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()
-                                    if k.lower() not in HOP_BY_HOP]})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (httpx.HTTPError, OSError):  # the TCK closed a stream early, or the gateway did
-            pass
-        finally:
-            await response.aclose()
-
-    return app
 
 
 def _register_example_agent(url: str) -> str:
@@ -135,7 +91,7 @@ def test_tck_against_the_gateway(user, gateway_nodes, monkeypatch):
         (node,) = gateway_nodes(1)
         token = Token.objects.create(user=user).key
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(_proxy(node.url, token), host="127.0.0.1", port=port,
+        server = uvicorn.Server(uvicorn.Config(token_proxy(node.url, token), host="127.0.0.1", port=port,
                                                log_level="error"))
         threading.Thread(target=server.run, daemon=True).start()
         proxy = f"http://127.0.0.1:{port}"

@@ -25,7 +25,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 from django.core.management import call_command
@@ -46,6 +45,7 @@ from tests.helpers import (
     GatewayProcess,
     a2a_agent_registered_from_card,
     free_port,
+    token_proxy,
     wait_http_ok,
 )
 
@@ -63,49 +63,21 @@ SCENARIOS = ["server-initialize", "ping", "tools-list", "tools-call-simple-text"
 NOT_RUN: dict[str, str] = {}
 
 
-def _proxy(target: str, token: str, revisions: list[str]):
-    """Forward to the gateway with the caller token, streaming the answer (SSE included)."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(60, read=None))
+def _revision_of(revisions: list[str]):
+    """The proxy's ``on_answer``: the protocol revision an initialize answer negotiated (JSON or SSE)."""
 
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
+    def seen(request: bytes, answer: bytes) -> None:
+        if b'"initialize"' not in request or not answer:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in (b"host", b"authorization")]
-        url = target + scope["path"] + (f"?{scope['query_string'].decode()}" if scope["query_string"] else "")
-        request = client.build_request(scope["method"], url, content=body,
-                                       headers=[*headers, ("authorization", f"Bearer {token}")])
-        response = await client.send(request, stream=True)
+        text = answer.decode("utf-8", "replace")
+        payload = text[text.find("{"):] if "data:" in text else text
         try:
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()
-                                    if k.lower() not in ("content-length", "transfer-encoding", "connection")]})
-            seen = b""
-            try:
-                async for chunk in response.aiter_raw():
-                    if b'"initialize"' in body and len(seen) < 65536:
-                        seen += chunk
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError:
-                pass  # a GET stream the gateway closed when its session ended
-            await send({"type": "http.response.body", "body": b""})
-            if seen:
-                text = seen.decode("utf-8", "replace")
-                payload = text[text.find("{"):] if "data:" in text else text
-                try:
-                    revisions.append(json.loads(payload.splitlines()[0] if "data:" in text else payload)
-                                     ["result"]["protocolVersion"])
-                except (ValueError, KeyError, TypeError):
-                    pass
-        finally:
-            await response.aclose()
+            revisions.append(json.loads(payload.splitlines()[0] if "data:" in text else payload)
+                             ["result"]["protocolVersion"])
+        except (ValueError, KeyError, TypeError):
+            pass
 
-    return app
+    return seen
 
 
 def _fixture_agent_ready(tmp: Path) -> AgentProcess:
@@ -138,7 +110,8 @@ def test_mcp_conformance(user, tmp_path):
     token = Token.objects.create(user=user).key
     revisions: list[str] = []
     port = free_port()
-    proxy = uvicorn.Server(uvicorn.Config(_proxy(node.url, token, revisions), host="127.0.0.1", port=port,
+    proxy = uvicorn.Server(uvicorn.Config(token_proxy(node.url, token, keep_host=False,
+                                                      on_answer=_revision_of(revisions)), host="127.0.0.1", port=port,
                                           log_level="error", lifespan="off"))
     threading.Thread(target=proxy.run, daemon=True).start()
     try:

@@ -114,6 +114,8 @@ async def _close_clients_here() -> None:
     if entry is not None:
         await entry[1].aclose()
         await entry[2].aclose(close_connection_pool=True)
+        if entry[3] is not None:
+            await entry[3].close()
 
 
 def spawn(coro) -> None:
@@ -141,7 +143,7 @@ def pending_background() -> int:
     return len(_background)
 
 
-_clients: dict[int, tuple[asyncio.AbstractEventLoop, Any, Any]] = {}
+_clients: dict[int, list[Any]] = {}
 
 
 def _clients_here():
@@ -159,7 +161,7 @@ def _clients_here():
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL,
                                                         max_connections=int(settings.REACH["REDIS_CONNECTIONS"]),
                                                         timeout=10)
-        entry = (running, http_client, aioredis.Redis(connection_pool=pool))
+        entry = [running, http_client, aioredis.Redis(connection_pool=pool), None]
         _clients[id(running)] = entry
     return entry
 
@@ -190,6 +192,53 @@ def http():
 def redis():
     """The loop's shared ``redis.asyncio`` client (a bounded connection pool)."""
     return _clients_here()[2]
+
+
+class CallTimeout(Exception):
+    """No answer within the call's timeout."""
+
+
+class ConnectFailed(Exception):
+    """The call never reached the agent (refused, unreachable, connect timeout) or the connection broke."""
+
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+def _agent_session():
+    entry = _clients_here()
+    if entry[3] is None:
+        import aiohttp
+        from django.conf import settings
+
+        connector = aiohttp.TCPConnector(limit=int(settings.REACH["HTTP_MAX_CONNECTIONS"]), limit_per_host=0,
+                                         keepalive_timeout=30)
+        # no cookie jar: what one agent sets must never travel with another caller's request
+        entry[3] = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+    return entry[3]
+
+
+async def post_json(url: str, body: bytes, headers: dict[str, str], *, timeout: float,
+                    connect_timeout: float) -> tuple[int, bytes]:
+    """POST a JSON body to an agent and read its whole answer: (status, body). The agent calls of the invoke
+    path use aiohttp's client rather than httpx: it costs a tenth of the CPU per call (0.1 against 1.9 ms, 16
+    concurrent calls to a local server on the 2-core machine kind), which at hundreds of calls per second is
+    most of a core. Redirects are not followed and nothing is retried (a POST may have
+    run). Raises ``CallTimeout`` or ``ConnectFailed``."""
+    import aiohttp
+
+    limits = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
+    try:
+        async with _agent_session().post(url, data=body, headers={"Content-Type": "application/json", **headers},
+                                         timeout=limits, allow_redirects=False) as response:
+            return response.status, await response.read()
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ConnectFailed("connect timeout", timed_out=True) from exc
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise CallTimeout(f"no answer within {timeout:.1f}s") from exc
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        raise ConnectFailed(f"{type(exc).__name__}: {exc}"[:300]) from exc
 
 
 def db_pool() -> ThreadPoolExecutor:

@@ -42,9 +42,8 @@ def sign(secret: str, raw: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
 
 
-def outbox_enqueue(task: Task) -> CallbackDelivery | None:
-    """Call inside the transaction that moves ``task`` to a terminal state: the delivery row commits with the
-    state, and its first try starts when that commits."""
+def outbox_row(task: Task) -> CallbackDelivery | None:
+    """The (unsaved) delivery of ``task``'s terminal state to its callback_url, if it has one."""
     if not task.callback_url:
         return None
     body: dict[str, object] = {"request_id": task.request_id, "status": task.status}
@@ -52,8 +51,16 @@ def outbox_enqueue(task: Task) -> CallbackDelivery | None:
         body["result"] = task.result
     else:
         body["error"] = task.error
-    delivery = CallbackDelivery.objects.create(task=task, url=task.callback_url, body=body,
-                                               next_attempt_at=timezone.now())
+    return CallbackDelivery(task=task, url=task.callback_url, body=body, next_attempt_at=timezone.now())
+
+
+def outbox_enqueue(task: Task) -> CallbackDelivery | None:
+    """Call inside the transaction that moves ``task`` to a terminal state: the delivery row commits with the
+    state, and its first try starts when that commits."""
+    delivery = outbox_row(task)
+    if delivery is None:
+        return None
+    delivery.save()
     transaction.on_commit(lambda: dispatch(delivery.pk))
     return delivery
 

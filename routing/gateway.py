@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import random
 import time
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.utils import timezone
 
@@ -183,17 +183,15 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
                 instance, version, payload, ctx, _headers(ctx, version, budget), timeout)
             return _checked_output(version, status, result, usage) if outcome == AttemptOutcome.SUCCESS \
                 else (outcome, status, result, error, usage)
-        response = await engine.http().post(instance.url, json=body, headers=_headers(ctx, version, budget),
-                                            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
-    except httpx.TimeoutException as exc:
-        if isinstance(exc, httpx.ConnectTimeout):
-            return AttemptOutcome.CONNECT_ERROR, None, None, "connect timeout", None
-        return AttemptOutcome.TIMEOUT, None, None, f"no answer within {timeout:.1f}s", None
-    except httpx.TransportError as exc:
-        return AttemptOutcome.CONNECT_ERROR, None, None, f"{type(exc).__name__}: {exc}"[:300], None
-    status = response.status_code
+        status, content = await engine.post_json(
+            instance.url, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+            _headers(ctx, version, budget), timeout=timeout, connect_timeout=min(timeout, 2.0))
+    except engine.CallTimeout as exc:
+        return AttemptOutcome.TIMEOUT, None, None, str(exc), None
+    except engine.ConnectFailed as exc:
+        return AttemptOutcome.CONNECT_ERROR, None, None, str(exc), None
     try:  # an agent's answer is stored: what PostgreSQL cannot hold (a NUL, a lone surrogate) is refused here
-        data = jsonsafe.parse_json(response.content) if response.content else {}
+        data = jsonsafe.parse_json(content) if content else {}
     except ApplicationError:
         data = None
     if data is None:
@@ -203,11 +201,11 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
     if not isinstance(data, dict):
         data = {"result": data}
     if status >= 500:
-        return AttemptOutcome.SERVER_ERROR, status, None, str(data.get("error", response.text[:200])), None
+        return AttemptOutcome.SERVER_ERROR, status, None, str(data.get("error", content[:200].decode("utf-8", "replace"))), None
     if status >= 400:
         if data.get("retryable") is True:
             return AttemptOutcome.SERVER_ERROR, status, None, str(data.get("error", "retryable error")), None
-        return AttemptOutcome.CLIENT_ERROR, status, None, str(data.get("error", response.text[:200])), None
+        return AttemptOutcome.CLIENT_ERROR, status, None, str(data.get("error", content[:200].decode("utf-8", "replace"))), None
     answered_by = data.get("endpoint_id")
     if answered_by != version.agent:
         return AttemptOutcome.FINGERPRINT, status, None, \

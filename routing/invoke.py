@@ -39,7 +39,7 @@ from reach_platform.errors import (
     TooManyRequests,
 )
 from reach_platform.metrics import BUDGET_REFUSALS, INVOKES, QUOTA_REFUSALS, RESOLVE_SECONDS
-from routing import admission, gateway, lifecycle, resolver, snapshot, waiting
+from routing import admission, gateway, lifecycle, resolver, rowsql, snapshot, waiting
 from routing.callbacks import check_callback_url
 from routing.choices import Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
@@ -108,42 +108,39 @@ def claim(fields: dict) -> tuple[Task, bool]:
     """Insert the task: the request_id unique per caller makes this the claim that lets exactly one of
     concurrent duplicates run. Returns (task, created); a duplicate gets the existing task. The task's ``key``
     is its request_id unless another caller's task holds that already (then a suffixed one: the ids of one
-    caller never block another's). An async task is queued for a worker in the same transaction (sent when it
-    commits); a sync task's PENDING event is written with the rest of its timeline when its run ends (one
-    transaction fewer)."""
+    caller never block another's). An async task's PENDING event is written by the same statement and the task
+    is queued for a worker when it commits; a sync task's PENDING event is written with the rest of its timeline
+    when its run ends (one write fewer). One prepared statement (``routing.rowsql``)."""
     if fields["callback_url"]:
         check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
     caller_pk = getattr(fields["caller"], "pk", 0)
     keys = [fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
             f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"]
-    fields = dict(fields)
     for key in keys:
-        fields["key"] = key
-        try:
-            with transaction.atomic():
-                row = Task.objects.create(**fields)
-                if row.mode == "async":
-                    TaskEvent.objects.create(task=row, at=row.created_at, from_status="",
-                                             to_status=TaskStatus.PENDING)
-                    from routing.tasks import execute_task
+        row = Task(**fields, key=key)
+        inserted = rowsql.fetch(_CLAIM_SQL[row.mode == "async"], [rowsql.rows_json(Task, [row])])
+        if inserted:
+            row.pk = inserted[0][0]
+            row._state.adding, row._state.db = False, "default"
+            if row.mode == "async":
+                from routing.tasks import execute_task
 
-                    transaction.on_commit(partial(execute_task.delay, row.pk))
+                transaction.on_commit(partial(execute_task.delay, row.pk))
             return row, True
-        except IntegrityError as exc:
-            mine = _own_task(fields)
-            if mine is not None:  # a concurrent duplicate won the insert: answer from its outcome
-                return mine, False
-            if not _constraint(exc).startswith(KEY_CONSTRAINT):
-                raise
+        mine = _own_task(fields)
+        if mine is not None:  # a concurrent duplicate won the insert: answer from its outcome
+            return mine, False
+        # else another caller's task holds this key: try the next one
     raise Conflict("Could not give this request a unique key; send it again.", code="request_id_conflict")
 
 
-KEY_CONSTRAINT = "routing_task_key_"  # the unique index of Task.key, whichever suffix Django gave it
-
-
-def _constraint(exc: IntegrityError) -> str:
-    diag = getattr(exc.__cause__, "diag", None)
-    return getattr(diag, "constraint_name", "") or ""
+_CLAIM = f"{rowsql.insert_from_json(Task)} ON CONFLICT DO NOTHING RETURNING id, created_at"
+_CLAIM_SQL = {
+    False: _CLAIM,
+    True: f"WITH claimed AS ({_CLAIM}), pending AS (INSERT INTO routing_taskevent (task_id, at, from_status, "
+          f"to_status, detail) SELECT id, created_at, '', '{TaskStatus.PENDING.value}', '{{}}' FROM claimed) "
+          f"SELECT id FROM claimed",
+}
 
 
 def _own_task(fields: dict) -> Task | None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import cast
 
-from django.db import DataError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from routing import rowsql
 from routing.a2a_push import push_enqueue
 from routing.choices import ALLOWED_TRANSITIONS, TERMINAL
 from routing.models import Attempt, Task, TaskEvent
@@ -71,14 +71,13 @@ class Timeline:
         expected = list(expect) if expect is not None else [self.started_from]
         columns = {name: getattr(task, name) for name in fields}
         now = timezone.now()
-        if not connection.in_atomic_block and not (task.callback_url and task.status in TERMINAL) \
-                and not pushes(task):
+        task.updated_at = now
+        if not connection.in_atomic_block and not guard and not pushes(task):
             if not _commit_in_one_round_trip(task, expected, guard, columns, now, self.events, attempts,
                                              cost_entries):
                 task.refresh_from_db()
                 return False
-            task.updated_at = now
-            _after_move(task, attempts=attempts, opens_review=opens_review)
+            _after_move(task, attempts=attempts, opens_review=opens_review, outbox=False)
             if cost_entries:
                 from ledger.services import cost_counters_add
 
@@ -92,7 +91,6 @@ class Timeline:
             if not moved:
                 task.refresh_from_db()
                 return False
-            task.updated_at = now
             TaskEvent.objects.bulk_create(self.events)
             if attempts:
                 Attempt.objects.bulk_create(attempts)
@@ -107,44 +105,45 @@ class Timeline:
 
 
 def _commit_in_one_round_trip(task, expected, guard, columns, now, events, attempts, cost_entries) -> bool:
-    """The same writes as the transaction in ``commit``, sent as one multi-statement query (one round trip; the
-    statements of one simple query run in one implicit transaction). The compare-and-set comes first: when it
-    matches no row it divides by zero on purpose, which aborts the query, so nothing after it is written.
-    The statements are Django's own (its UPDATE and INSERT compilers), rendered with the connection's client-side
-    parameter binding. Used outside transactions only (an error would abort a caller's transaction)."""
-    from django.db.models import sql
-
+    """The same writes as the transaction in ``commit``, as one statement (one round trip, its own
+    transaction): the compare-and-set UPDATE and, only when it matched, the INSERTs of the events, attempts,
+    cost entries and the callback outbox row, each table's rows passed as one JSON parameter
+    (``routing.rowsql``). Used outside transactions and without a ``guard`` only."""
     from ledger.models import CostEntry
+    from routing.callbacks import outbox_row
+    from routing.models import CallbackDelivery
 
-    query = cast(sql.UpdateQuery, Task.objects.filter(pk=task.pk, status__in=expected, **(guard or {}))
-                 .query.chain(sql.UpdateQuery))
-    query.add_update_values({"status": task.status, "updated_at": now, **columns})
-    update_sql, update_params = query.get_compiler(connection=connection).as_sql()
-    statements = [(f"WITH moved AS ({update_sql} RETURNING 1) "
-                   f"SELECT 1 / count(*) FROM moved", update_params)]
-    for model, objs in ((TaskEvent, events), (Attempt, attempts), (CostEntry, cost_entries)):
+    assignments, values = rowsql.update_values(Task, task, ["status", "updated_at", *columns])
+    parts = [f"WITH moved AS (UPDATE routing_task SET {', '.join(assignments)} "
+             f"WHERE id = %s AND status = ANY(%s) RETURNING id)"]
+    params = [*values, task.pk, expected]
+    delivery = outbox_row(task) if task.status in TERMINAL else None
+    for name, model, objs in (("events", TaskEvent, events), ("attempts", Attempt, attempts),
+                              ("costs", CostEntry, cost_entries), ("outbox", CallbackDelivery,
+                                                                   [delivery] if delivery else [])):
         if objs:
-            insert = sql.InsertQuery(model)
-            insert.insert_values([f for f in model._meta.concrete_fields if not f.primary_key], list(objs))
-            statements.extend(insert.get_compiler(connection=connection).as_sql())
-    with connection.cursor() as cursor:
-        script = ";\n".join(cursor.cursor.mogrify(text, params) for text, params in statements)
-        try:
-            cursor.execute(script)
-        except DataError as exc:
-            if "division by zero" in str(exc):
-                return False  # the task is no longer in the expected state: another writer moved it
-            raise
+            returning = " RETURNING id" if model is CallbackDelivery else ""
+            parts.append(f", {name} AS ({rowsql.insert_from_json(model, when='EXISTS (SELECT 1 FROM moved)')}"
+                         f"{returning})")
+            params.append(rowsql.rows_json(model, objs))
+    parts.append(" SELECT (SELECT count(*) FROM moved)" + (", (SELECT id FROM outbox)" if delivery else ""))
+    row = rowsql.fetch("".join(parts), params)[0]
+    if not row[0]:
+        return False  # the task is no longer in the expected state: another writer moved it
+    if delivery is not None:
+        from routing.callbacks import dispatch
+
+        dispatch(row[1])
     return True
 
 
-def _after_move(task: Task, *, attempts, opens_review: bool) -> None:
-    """Inside the transaction that moved ``task``: the outbox row of a terminal state, and what to tell others
-    once it commits."""
+def _after_move(task: Task, *, attempts, opens_review: bool, outbox: bool = True) -> None:
+    """Inside the transaction that moved ``task``: the outbox row of a terminal state (unless the caller wrote
+    it), and what to tell others once it commits."""
     from routing.callbacks import outbox_enqueue
     from routing.signals import attempts_recorded, review_item_opened
 
-    if task.status in TERMINAL:
+    if outbox and task.status in TERMINAL:
         outbox_enqueue(task)
     if pushes(task):
         push_enqueue(task)

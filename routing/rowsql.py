@@ -1,0 +1,79 @@
+"""Hand-written statements for the invoke path's few hot writes (the claim of a task, the state machine's
+compare-and-set with its rows), built once per shape and run as prepared statements.
+
+Django's compilers build an INSERT anew for every call and bind its values one field at a time on the client:
+with four INSERTs per invoke that was the largest part of a gateway process's CPU (bench/gateway_profile.py
+under yappi). Here the rows of a table travel as one JSON parameter that PostgreSQL unpacks into the table's
+row type (``jsonb_populate_recordset``), so a statement's text depends only on which tables it writes, and
+PostgreSQL parses and plans it once per connection (``prepare=True``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+from functools import cache
+
+import psycopg
+from django.db import connection, models
+
+
+@cache
+def _columns(model: type[models.Model]) -> tuple[tuple[str, str, models.Field], ...]:
+    """(attribute, column, field) of the columns an INSERT writes: every concrete field but the primary key."""
+    return tuple((f.attname, f.column, f) for f in model._meta.concrete_fields if not f.primary_key)
+
+
+@cache
+def insert_from_json(model: type[models.Model], *, when: str = "") -> str:
+    """``INSERT INTO <table> (...) SELECT ... FROM`` the rows of one JSON parameter (``%s``); ``when`` adds a
+    WHERE clause (e.g. that a compare-and-set matched)."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = ", ".join(connection.ops.quote_name(column) for _, column, _ in _columns(model))
+    picked = ", ".join(f"r.{connection.ops.quote_name(column)}" for _, column, _ in _columns(model))
+    where = f" WHERE {when}" if when else ""
+    return (f"INSERT INTO {table} ({names}) SELECT {picked} "
+            f"FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) AS r{where}")
+
+
+def _plain(value):
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def rows_json(model: type[models.Model], objs, *, add: bool = True) -> str:
+    """The rows of ``objs`` (unsaved instances of ``model``) as one JSON array, keyed by column. Fields fill in
+    what they would on save (``auto_now_add``). A JSON field's value is nested as it is (a jsonb column takes it
+    whole)."""
+    rows = []
+    for obj in objs:
+        row = {}
+        for attname, column, field in _columns(model):
+            row[column] = field.pre_save(obj, add) if add else getattr(obj, attname)
+        rows.append(row)
+    return json.dumps(rows, default=_plain, ensure_ascii=False, separators=(",", ":"))
+
+
+def update_values(model: type[models.Model], obj, names) -> tuple[list[str], list]:
+    """``"col" = %s`` assignments and their values for the fields ``names`` of ``obj``, adapted as Django would
+    write them (a JSON field's value wrapped for jsonb)."""
+    assignments, values = [], []
+    for name in names:
+        field = model._meta.get_field(name)
+        assignments.append(f"{connection.ops.quote_name(field.column)} = %s")
+        values.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
+    return assignments, values
+
+
+def fetch(sql: str, params: list) -> list[tuple]:
+    """Run one statement on this thread's Django connection with server-side parameters, prepared (parsed and
+    planned once per connection and statement text), and return its rows. Errors come as Django's (an
+    ``IntegrityError`` stays one). Outside a transaction the statement is its own."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall() if cursor.description is not None else []

@@ -75,12 +75,17 @@ def cost_counters_add(*, entries: list[CostEntry]) -> None:
     if not any(entry.cost for entry in entries):
         return
     pipe = redis_client().pipeline()
+    cost_counters_pipe(pipe, entries)
+    pipe.execute()
+
+
+def cost_counters_pipe(pipe, entries) -> None:
+    """The counter increments of ``entries``, added to a Redis pipeline (sync or asyncio)."""
     for entry in entries:
         if entry.cost:
             pipe.incrbyfloat(_month_key("team", entry.team_slug, entry.created_at), float(entry.cost))
             if entry.caller_id:
                 pipe.incrbyfloat(_month_key("caller", entry.caller_id, entry.created_at), float(entry.cost))
-    pipe.execute()
 
 
 def cost_entry_for(*, price: Price, request_id: str, caller_id, version_id, instance_id, outcome: str,

@@ -116,6 +116,8 @@ async def _close_clients_here() -> None:
         await entry[2].aclose(close_connection_pool=True)
         if entry[3] is not None:
             await entry[3].close()
+        if entry[4] is not None:
+            await entry[4].close()
 
 
 def spawn(coro) -> None:
@@ -161,7 +163,7 @@ def _clients_here():
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL,
                                                         max_connections=int(settings.REACH["REDIS_CONNECTIONS"]),
                                                         timeout=10)
-        entry = [running, http_client, aioredis.Redis(connection_pool=pool), None]
+        entry = [running, http_client, aioredis.Redis(connection_pool=pool), None, None]
         _clients[id(running)] = entry
     return entry
 
@@ -201,10 +203,6 @@ class CallTimeout(Exception):
 class ConnectFailed(Exception):
     """The call never reached the agent (refused, unreachable, connect timeout) or the connection broke."""
 
-    def __init__(self, message: str, *, timed_out: bool = False):
-        super().__init__(message)
-        self.timed_out = timed_out
-
 
 def _agent_session():
     entry = _clients_here()
@@ -234,11 +232,35 @@ async def post_json(url: str, body: bytes, headers: dict[str, str], *, timeout: 
                                          timeout=limits, allow_redirects=False) as response:
             return response.status, await response.read()
     except aiohttp.ConnectionTimeoutError as exc:
-        raise ConnectFailed("connect timeout", timed_out=True) from exc
+        raise ConnectFailed("connect timeout") from exc
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         raise CallTimeout(f"no answer within {timeout:.1f}s") from exc
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         raise ConnectFailed(f"{type(exc).__name__}: {exc}"[:300]) from exc
+
+
+def in_caller_thread() -> bool:
+    """Whether database work must run in the waiting caller's thread and transaction (``run_in_caller_thread``)."""
+    return _caller_thread.get()
+
+
+async def pg():
+    """The loop's own PostgreSQL connection pool (psycopg's ``AsyncConnectionPool``, ``REACH_DB_LOOP_CONNECTIONS``
+    connections in autocommit, with Django's connection parameters): for the invoke path's few hand-written
+    statements (``routing.rowsql.afetch``), awaited on the loop like the agent call, with no thread hop."""
+    entry = _clients_here()
+    if entry[4] is None:
+        from django.conf import settings
+        from django.db import connection
+        from psycopg_pool import AsyncConnectionPool
+
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        entry[4] = AsyncConnectionPool(kwargs={**params, "autocommit": True}, min_size=1,
+                                       max_size=max(1, int(settings.REACH["DB_LOOP_CONNECTIONS"])), open=False,
+                                       name="reach-loop")
+        await entry[4].open(wait=False)
+    return entry[4]
 
 
 def db_pool() -> ThreadPoolExecutor:

@@ -266,6 +266,10 @@ REACH: dict[str, Any] = {
     # HTTP connections, Redis connections per process; how long a repeat of an in-flight request_id waits for
     # its outcome; polling of http-async agents' status URLs.
     "DB_THREADS": int(env_float("REACH_DB_THREADS", 16)),
+    # connections of the loop's own pool (psycopg's async pool) for the invoke path's claim and outcome; and
+    # whether those statements are prepared (turn off behind a pooler that cannot keep prepared statements)
+    "DB_LOOP_CONNECTIONS": int(env_float("REACH_DB_LOOP_CONNECTIONS", 8)),
+    "DB_PREPARE": env_bool("REACH_DB_PREPARE", True),
     "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
     # outbound pools per process (reach_platform.engine._Shards): each scans only its own connections, so 16
     # divide that cost by 16 while every shard still keeps its own keep-alive connections to a busy agent

@@ -11,16 +11,26 @@ EVALUATE_EVERY_MS = 1000
 
 
 def on_attempts_recorded(sender, version_ids, **kwargs) -> None:
-    """After attempts on a canary, compare it with its stable version (throttled; beat sweeps too)."""
-    from registry.generation import redis_client
-    from reviews.services import canary_evaluate
+    """After attempts on a canary, compare it with its stable version (throttled; beat sweeps too). Sent on the
+    engine loop too (an outcome committed there): the comparison then runs in a database thread."""
+    from reach_platform import engine
     from routing import snapshot
 
     versions = snapshot.last().versions
+    canaries = [vid for vid in version_ids if (info := versions.get(vid)) is not None and info.is_canary]
+    if not canaries:
+        return
+    if engine.on_loop():
+        engine.spawn(engine.db(_watch_canaries, canaries))
+    else:
+        _watch_canaries(canaries)
+
+
+def _watch_canaries(version_ids: list[int]) -> None:
+    from registry.generation import redis_client
+    from reviews.services import canary_evaluate
+
     for vid in version_ids:
-        info = versions.get(vid)
-        if info is None or not info.is_canary:
-            continue
         if redis_client().set(f"reach:canary-check:{vid}", 1, nx=True, px=EVALUATE_EVERY_MS):
             try:
                 canary_evaluate(vid)

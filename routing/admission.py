@@ -86,20 +86,22 @@ return 'closed'
 """
 
 _ACQUIRE_CALLER = """
--- KEYS: in-flight count, token bucket; ARGV: max concurrency, in-flight ttl, now, rate, burst
+-- KEYS: in-flight count, token bucket, routing snapshot generation (read back with the answer: one round trip
+-- fewer for the resolve that follows); ARGV: max concurrency, in-flight ttl, now, rate, burst
+local generation = redis.call('GET', KEYS[3]) or ''
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n >= tonumber(ARGV[1]) then return {0, 'concurrency'} end
+if n >= tonumber(ARGV[1]) then return {0, 'concurrency', '0', generation} end
 local now, rate, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local data = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
 local tokens = tonumber(data[1]) or burst
 local ts = tonumber(data[2]) or now
 tokens = math.min(burst, tokens + (now - ts) * rate)
-if tokens < 1 then return {0, 'rate', tostring((1 - tokens) / rate)} end
+if tokens < 1 then return {0, 'rate', tostring((1 - tokens) / rate), generation} end
 redis.call('HSET', KEYS[2], 'tokens', tokens - 1, 'ts', now)
 redis.call('EXPIRE', KEYS[2], math.ceil(burst / rate) + 5)
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-return {1, 'ok'}
+return {1, 'ok', '0', generation}
 """
 
 _RELEASE = "if redis.call('DECR', KEYS[1]) < 0 then redis.call('SET', KEYS[1], 0) end return 1"
@@ -152,22 +154,37 @@ async def settle(instance, version_id: int, *, ok: bool, latency_ms: float | Non
     return state.decode() if isinstance(state, bytes) else state
 
 
-async def caller_acquire(caller_id) -> tuple[str, float]:
-    """Take a slot of the caller's concurrency quota and a token of its rate quota: ('ok', 0), or the quota
-    refused ('concurrency' | 'rate') with the seconds to wait."""
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def caller_acquire(caller_id) -> tuple[str, float, str]:
+    """Take a slot of the caller's concurrency quota and a token of its rate quota: ('ok', 0, generation), or
+    the quota refused ('concurrency' | 'rate') with the seconds to wait. ``generation`` is the routing
+    snapshot's (``routing.snapshot``), read in the same round trip."""
+    from routing.snapshot import GENERATION_KEY
+
     key = f"caller:{caller_id}"
     rate = float(_cfg("CALLER_MAX_QPS"))
     answer = await _script("caller", _ACQUIRE_CALLER)(
-        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}"],
+        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}", GENERATION_KEY],
         args=[int(_cfg("CALLER_MAX_CONCURRENCY")), INFLIGHT_TTL_S, time.time(), rate, max(1.0, rate)])
-    reason = answer[1].decode() if isinstance(answer[1], bytes) else answer[1]
+    reason, generation = _text(answer[1]), _text(answer[3])
     if reason == "rate":
-        return reason, float(answer[2])
-    return reason, 1.0 if reason == "concurrency" else 0.0
+        return reason, float(answer[2]), generation
+    return reason, 1.0 if reason == "concurrency" else 0.0, generation
 
 
-async def caller_release(caller_id) -> None:
-    await _script("release", _RELEASE)(keys=[f"reach:inflight:caller:{caller_id}"], args=[])
+async def caller_release(caller_id, *, after=None, release: bool = True) -> None:
+    """Give back the caller's concurrency slot (``release``) and send ``after`` (the Redis commands a committed
+    run left for later, ``routing.transitions.Deferred``) in the same round trip."""
+    pipe = engine.redis().pipeline(transaction=False)
+    if release:  # EVAL, not a registered script: a pipeline would first ask whether the server has it
+        pipe.eval(_RELEASE, 1, f"reach:inflight:caller:{caller_id}")
+    if after is not None:
+        after.add_to(pipe)
+    if len(pipe):
+        await pipe.execute()
 
 
 async def latency_samples(version_id: int) -> list[float]:

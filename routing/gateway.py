@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.utils import timezone
 
@@ -186,10 +187,13 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
         status, content = await engine.post_json(
             instance.url, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
             _headers(ctx, version, budget), timeout=timeout, connect_timeout=min(timeout, 2.0))
-    except engine.CallTimeout as exc:
-        return AttemptOutcome.TIMEOUT, None, None, str(exc), None
-    except engine.ConnectFailed as exc:
-        return AttemptOutcome.CONNECT_ERROR, None, None, str(exc), None
+    except (engine.CallTimeout, httpx.TimeoutException) as exc:  # httpx: the a2a transport's client
+        if isinstance(exc, httpx.ConnectTimeout):
+            return AttemptOutcome.CONNECT_ERROR, None, None, "connect timeout", None
+        return AttemptOutcome.TIMEOUT, None, None, f"no answer within {timeout:.1f}s", None
+    except (engine.ConnectFailed, httpx.TransportError) as exc:
+        return AttemptOutcome.CONNECT_ERROR, None, None, str(exc) if isinstance(exc, engine.ConnectFailed) \
+            else f"{type(exc).__name__}: {exc}"[:300], None
     try:  # an agent's answer is stored: what PostgreSQL cannot hold (a NUL, a lone surrogate) is refused here
         data = jsonsafe.parse_json(content) if content else {}
     except ApplicationError:

@@ -43,7 +43,7 @@ from routing import admission, gateway, lifecycle, resolver, rowsql, snapshot, w
 from routing.callbacks import check_callback_url
 from routing.choices import Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
-from routing.transitions import Timeline
+from routing.transitions import Deferred, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -113,25 +113,48 @@ def claim(fields: dict) -> tuple[Task, bool]:
     when its run ends (one write fewer). One prepared statement (``routing.rowsql``)."""
     if fields["callback_url"]:
         check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
-    caller_pk = getattr(fields["caller"], "pk", 0)
-    keys = [fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
-            f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"]
-    for key in keys:
-        row = Task(**fields, key=key)
+    for row in _keyed(fields):
         inserted = rowsql.fetch(_CLAIM_SQL[row.mode == "async"], [rowsql.rows_json(Task, [row])])
         if inserted:
-            row.pk = inserted[0][0]
-            row._state.adding, row._state.db = False, "default"
-            if row.mode == "async":
-                from routing.tasks import execute_task
-
-                transaction.on_commit(partial(execute_task.delay, row.pk))
-            return row, True
-        mine = _own_task(fields)
-        if mine is not None:  # a concurrent duplicate won the insert: answer from its outcome
+            return _claimed(row, inserted[0][0]), True
+        if (mine := _own_task(fields)) is not None:  # a concurrent duplicate won the insert: answer from it
             return mine, False
-        # else another caller's task holds this key: try the next one
-    raise Conflict("Could not give this request a unique key; send it again.", code="request_id_conflict")
+    raise _no_key()
+
+
+async def claim_on_loop(fields: dict) -> tuple[Task, bool]:
+    """``claim`` awaited on the engine loop (a sync task without a callback_url: nothing to resolve or queue)."""
+    if fields["callback_url"] or fields["mode"] == "async" or engine.in_caller_thread():
+        return await engine.db(claim, fields)
+    for row in _keyed(fields):
+        inserted = await rowsql.afetch(_CLAIM_SQL[False], [rowsql.rows_json(Task, [row])])
+        if inserted:
+            return _claimed(row, inserted[0][0]), True
+        if (mine := await engine.db(_own_task, fields)) is not None:
+            return mine, False
+    raise _no_key()
+
+
+def _keyed(fields: dict):
+    """The new task under each key it may take, in turn."""
+    caller_pk = getattr(fields["caller"], "pk", 0)
+    for key in (fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
+                f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"):
+        yield Task(**fields, key=key)
+
+
+def _claimed(row: Task, pk: int) -> Task:
+    row.pk = pk
+    row._state.adding, row._state.db = False, "default"
+    if row.mode == "async":
+        from routing.tasks import execute_task
+
+        transaction.on_commit(partial(execute_task.delay, row.pk))
+    return row
+
+
+def _no_key() -> Conflict:
+    return Conflict("Could not give this request a unique key; send it again.", code="request_id_conflict")
 
 
 _CLAIM = f"{rowsql.insert_from_json(Task)} ON CONFLICT DO NOTHING RETURNING id, created_at"
@@ -158,7 +181,7 @@ async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=No
     on_step = options.pop("on_step", None)
     headers = options.get("headers") or InvokeHeaders()
     fields = task_fields(caller=caller, payload=payload, **options)
-    row, created = await engine.db(claim, fields)
+    row, created = await claim_on_loop(fields)
     if not created:
         return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent, answer=answer)
     if row.mode == "async":
@@ -297,10 +320,11 @@ class Plan:
     session: AgentSession | None = None
 
 
-async def _admit_caller(caller_id) -> None:
-    refused, wait = await admission.caller_acquire(caller_id)
+async def _admit_caller(caller_id) -> str:
+    """Take the caller's quotas; returns the routing snapshot's generation (read in the same round trip)."""
+    refused, wait, generation = await admission.caller_acquire(caller_id)
     if refused == "ok":
-        return
+        return generation
     QUOTA_REFUSALS.labels(scope="caller").inc()
     if refused == "concurrency":
         raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
@@ -310,15 +334,17 @@ async def _admit_caller(caller_id) -> None:
 
 async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None) -> Task:
     timeline = Timeline(row, events=events)
+    generation = None
     try:
         if not quota_held:
-            await _queued(row, lambda: _admit_caller(row.caller_id))
+            generation = await _queued(row, lambda: _admit_caller(row.caller_id))
     except ApplicationError as exc:
         await engine.db(_refuse, timeline, exc)
         raise
+    after = Deferred()  # the Redis commands of the outcome's commit, sent with the quota release
     try:
         try:
-            plan = await engine.db(_plan, row, timeline, traceparent)
+            plan = await engine.db(_plan, row, timeline, traceparent, generation)
         except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
             await engine.db(_refuse, timeline, exc)
             raise
@@ -335,14 +361,13 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         except BaseException:
             await asyncio.shield(engine.db(_crashed, timeline))
             raise
-        row = await asyncio.shield(engine.db(_record, plan, execution))
+        row = await asyncio.shield(_record_on_loop(plan, execution, after))
         if row.status == TaskStatus.ACCEPTED and ((row.options or {}).get("a2a") or {}).get("push"):
             # what the agent pushed before ACCEPTED was written was not applied: read its task once now
             await asyncio.shield(lifecycle.a2a_follow_up(row))
         return row
     finally:
-        if not quota_held:
-            await asyncio.shield(admission.caller_release(row.caller_id))
+        await asyncio.shield(admission.caller_release(row.caller_id, after=after, release=not quota_held))
 
 
 async def _queued(row: Task, attempt):
@@ -357,9 +382,10 @@ async def _queued(row: Task, attempt):
             await asyncio.sleep(min(float(exc.retry_after), 1.0) * random.uniform(0.2, 1.0))
 
 
-def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
+def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | None = None) -> Plan:
     """Resolve (in this database thread: embedding a text is CPU work, and the routing snapshot may be reloaded
-    from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run."""
+    from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run.
+    ``generation``: the routing snapshot's, read with the caller's admission."""
     options = row.options or {}
     with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
             "reach.resolve", context=tracing.parent_context(traceparent),
@@ -367,7 +393,8 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
         resolution = resolver.resolve(task=row.task_text or None, capability=row.capability_requested or None,
                                       payload=row.payload, action=options.get("action"),
                                       domains=options.get("domains"), top_k=row.top_k,
-                                      cost_preference=options.get("cost_preference") or 0.0)
+                                      cost_preference=options.get("cost_preference") or 0.0,
+                                      generation=generation)
     row.decision = resolution.as_dict()
     row.text_hash = resolution.text_hash
     if resolution.decision == Decision.CONFIRM:
@@ -413,11 +440,33 @@ def _plan(row: Task, timeline: Timeline, traceparent: str) -> Plan:
     return Plan(row, timeline, candidates, ctx, session)
 
 
-def _record(plan: Plan, execution: gateway.Execution) -> Task:
-    row, timeline = plan.row, plan.timeline
+def _record(plan: Plan, execution: gateway.Execution, after: Deferred | None = None) -> Task:
+    """The run's outcome through the state machine; the Redis commands due after its commit go into ``after``."""
     if plan.session is not None and execution.instance:
         AgentSession.objects.filter(pk=plan.session.pk).update(instance_id=execution.instance.id,
                                                                last_activity_at=timezone.now())
+    return _commit_run(plan.row, plan.timeline, **_outcome(plan, execution), defer=after)
+
+
+async def _record_on_loop(plan: Plan, execution: gateway.Execution, after: Deferred) -> Task:
+    """``_record`` with its one statement awaited on the loop, when nothing else is due (no agent session to
+    touch, no review item to open, ``Timeline.on_loop``); else in a database thread."""
+    failed = not execution.ok
+    if plan.session is not None or not plan.timeline.on_loop(opens_review=failed):
+        return await engine.db(_record, plan, execution, after)
+    outcome = _outcome(plan, execution)
+    row, timeline = plan.row, plan.timeline
+    records, costs = _run_rows(row, outcome["attempts"])
+    status = row.status
+    moved = await timeline.acommit(fields=RUN_FIELDS, attempts=records, cost_entries=costs, defer=after)
+    if not moved:
+        await engine.db(_discarded, row, status, records, costs)
+    return _finished(row, moved, status)
+
+
+def _outcome(plan: Plan, execution: gateway.Execution) -> dict:
+    """Apply the execution to the in-memory task and timeline; returns what ``_commit_run`` writes with it."""
+    row, timeline = plan.row, plan.timeline
     row.retry_budget = execution.budget_left
     row.fallback = execution.fallback
     if execution.version:
@@ -434,22 +483,22 @@ def _record(plan: Plan, execution: gateway.Execution) -> Task:
         row.options = {**(row.options or {}), "a2a": {k: question.get(k) for k in ("task_id", "context_id")}
                        | {"turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
         timeline.move(TaskStatus.INPUT_REQUIRED)
-        return _commit_run(row, timeline, attempts=attempts)
+        return {"attempts": attempts}
     if execution.ok and execution.accepted:
         if isinstance(execution.result, dict) and execution.result.get("push"):  # an A2A task followed by push
             row.options = {**(row.options or {}), "a2a": {
                 **{k: execution.result.get(k) for k in ("task_id", "context_id", "push")},
                 "turn": ((row.options or {}).get("a2a") or {}).get("turn", 0)}}
         timeline.move(TaskStatus.ACCEPTED)
-        return _commit_run(row, timeline, attempts=attempts)
+        return {"attempts": attempts}
     if execution.ok:
         row.result = execution.result
         timeline.move(TaskStatus.SUCCEEDED, **({"fallback": True} if execution.fallback else {}))
-        return _commit_run(row, timeline, attempts=attempts)
+        return {"attempts": attempts}
     row.review_reason = ReviewReason.ALL_FAILED  # every candidate failed: a person may still answer it
     row.error = execution.error
     timeline.move(TaskStatus.FAILED, error=(execution.error or {}).get("code"))
-    return _commit_run(row, timeline, attempts=attempts, opens_review=True)
+    return {"attempts": attempts, "opens_review": True}
 
 
 def _refuse(timeline: Timeline, exc: ApplicationError) -> Task:
@@ -472,26 +521,44 @@ RUN_FIELDS = ["decision", "text_hash", "review_reason", "retry_budget", "fallbac
               "capability_label", "instance_id", "result", "error", "attempts_count", "options"]
 
 
-def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: bool = False) -> Task:
+def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: bool = False,
+                defer: Deferred | None = None) -> Task:
     """Write the run's outcome through the state machine. When the task moved meanwhile (the reaper failed it,
     a person answered it), the outcome is discarded, but the attempts and their cost are kept: the agent was
     called."""
+    records, costs = _run_rows(row, attempts)
+    status = row.status
+    moved = timeline.commit(fields=RUN_FIELDS, attempts=records, cost_entries=costs, opens_review=opens_review,
+                            defer=defer)
+    if not moved:
+        _discarded(row, status, records, costs)
+    return _finished(row, moved, status)
+
+
+def _run_rows(row: Task, attempts) -> tuple[list[Attempt], list]:
+    """The run's attempt rows and their cost entries (and the task's attempt count)."""
     records = [Attempt(task=row, number=a.number, version_id=a.version_id, instance_id=a.instance_id,
                        started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,
                        status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
                        usage=a.usage) for a in attempts]
-    costs = _cost_entries(row, attempts)
     row.attempts_count = len(attempts)
-    outcome = row.status
-    if not timeline.commit(fields=RUN_FIELDS, attempts=records, cost_entries=costs, opens_review=opens_review):
-        with transaction.atomic():
-            TaskEvent.objects.create(task=row, at=timezone.now(), from_status=row.status, to_status=row.status,
-                                     detail={"discarded_outcome": outcome})
-            Attempt.objects.bulk_create(records)
-            if costs:
-                from ledger.services import cost_entries_record
+    return records, _cost_entries(row, attempts)
 
-                cost_entries_record(entries=costs)
+
+def _discarded(row: Task, outcome: str, records: list, costs: list) -> None:
+    """A late outcome: noted on the timeline, its attempts and their cost kept."""
+    with transaction.atomic():
+        TaskEvent.objects.create(task=row, at=timezone.now(), from_status=row.status, to_status=row.status,
+                                 detail={"discarded_outcome": outcome})
+        Attempt.objects.bulk_create(records)
+        if costs:
+            from ledger.services import cost_entries_record
+
+            cost_entries_record(entries=costs)
+
+
+def _finished(row: Task, moved: bool, outcome: str) -> Task:
+    if not moved:
         logger.warning("late outcome discarded", extra={"request_id": row.key, "status": row.status,
                                                         "discarded": outcome})
         return row

@@ -196,10 +196,12 @@ def _health(version: snapshot.VersionInfo, open_instances: set[int]) -> tuple[fl
 
 def resolve(*, task: str | None = None, capability: str | None = None, payload: dict | None = None,
             action: str | None = None, domains: list[str] | None = None, top_k: int | None = None,
-            cost_preference: float = 0.0, rng: random.Random | None = None) -> Resolution:
+            cost_preference: float = 0.0, rng: random.Random | None = None,
+            generation: str | None = None) -> Resolution:
+    """``generation``: the routing snapshot's, when the caller read it already (else one GET)."""
     rng = rng or random.Random()
     top_k = top_k or _reach("TOP_K")
-    snap = snapshot.current()
+    snap = snapshot.current(generation)
     weights = _reach("WEIGHTS")
     if capability:
         return _resolve_capability(snap, capability, payload, rng)

@@ -14,15 +14,19 @@ import datetime
 import decimal
 import json
 from functools import cache
+from typing import cast
 
 import psycopg
-from django.db import connection, models
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, connection, models
+
+from reach_platform import engine
 
 
 @cache
 def _columns(model: type[models.Model]) -> tuple[tuple[str, str, models.Field], ...]:
     """(attribute, column, field) of the columns an INSERT writes: every concrete field but the primary key."""
-    return tuple((f.attname, f.column, f) for f in model._meta.concrete_fields if not f.primary_key)
+    return tuple((f.attname, str(f.column), f) for f in model._meta.concrete_fields if not f.primary_key)
 
 
 @cache
@@ -63,17 +67,37 @@ def update_values(model: type[models.Model], obj, names) -> tuple[list[str], lis
     write them (a JSON field's value wrapped for jsonb)."""
     assignments, values = [], []
     for name in names:
-        field = model._meta.get_field(name)
-        assignments.append(f"{connection.ops.quote_name(field.column)} = %s")
+        field = cast(models.Field, model._meta.get_field(name))
+        assignments.append(f"{connection.ops.quote_name(str(field.column))} = %s")
         values.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
     return assignments, values
 
 
+def _prepare() -> bool | None:
+    return True if settings.REACH["DB_PREPARE"] else None
+
+
 def fetch(sql: str, params: list) -> list[tuple]:
     """Run one statement on this thread's Django connection with server-side parameters, prepared (parsed and
-    planned once per connection and statement text), and return its rows. Errors come as Django's (an
-    ``IntegrityError`` stays one). Outside a transaction the statement is its own."""
+    planned once per connection and statement text, unless ``REACH_DB_PREPARE`` is off), and return its rows.
+    Errors come as Django's (an ``IntegrityError`` stays one). Outside a transaction the statement is its own."""
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, params, prepare=_prepare())
         return cursor.fetchall() if cursor.description is not None else []
+
+
+async def afetch(sql: str, params: list) -> list[tuple]:
+    """``fetch`` awaited on the engine loop, on a connection of the loop's pool (``engine.pg``): the statement is
+    its own transaction. Under ``engine.run_in_caller_thread`` it runs in the caller's thread and transaction."""
+    if engine.in_caller_thread():
+        return await engine.db(fetch, sql, params)
+    pool = await engine.pg()
+    try:
+        async with pool.connection() as conn:
+            cursor = await conn.execute(sql, params, prepare=_prepare())
+            return await cursor.fetchall() if cursor.description is not None else []
+    except psycopg.IntegrityError as exc:
+        raise IntegrityError(*exc.args) from exc
+    except psycopg.Error as exc:
+        raise DatabaseError(*exc.args) from exc

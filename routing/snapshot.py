@@ -96,9 +96,11 @@ def _generation() -> str:
     return cast(bytes, redis_client().get(GENERATION_KEY) or b"").decode()
 
 
-def current() -> Snapshot:
+def current(generation: str | None = None) -> Snapshot:
+    """The routing snapshot of ``generation`` (read from Redis when not given: the caller's admission reads it
+    in its own round trip, ``routing.admission.caller_acquire``)."""
     global _snapshot
-    generation = _generation()
+    generation = _generation() if generation is None else generation
     snap = _snapshot
     if snap is not None and snap.generation == generation:
         return snap

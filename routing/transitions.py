@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from django.db import connection, transaction
 from django.utils import timezone
 
+from reach_platform import engine
 from routing import rowsql
 from routing.a2a_push import push_enqueue
 from routing.choices import ALLOWED_TRANSITIONS, TERMINAL
@@ -59,31 +60,30 @@ class Timeline:
                                      detail=detail))
 
     def commit(self, *, fields: Iterable[str] = (), expect: Iterable[str] | None = None, attempts=(),
-               cost_entries=(), opens_review: bool = False, guard: dict | None = None) -> bool:
+               cost_entries=(), opens_review: bool = False, guard: dict | None = None,
+               defer: Deferred | None = None) -> bool:
         """Write the steps if the task is still in the state they start from (or one of ``expect``).
 
         ``fields`` are the other columns of the in-memory task to save with the status (foreign keys by their
         ``*_id`` attribute, which reads no related row); ``opens_review`` tells
         the review queue that the task now waits for a person; ``guard`` adds conditions to the compare-and-set
-        (say, that the failure being retried was a refusal). Returns whether this writer moved the task; on
-        False nothing was written and the in-memory task is reloaded."""
+        (say, that the failure being retried was a refusal); ``defer`` collects the Redis commands due after
+        the commit (the announcement, the cost counters) for the caller to send with its own (the invoke path
+        sends them with the caller's quota release: one round trip). Returns whether this writer moved the
+        task; on False nothing was written and the in-memory task is reloaded."""
         task = self.task
         expected = list(expect) if expect is not None else [self.started_from]
         columns = {name: getattr(task, name) for name in fields}
         now = timezone.now()
         task.updated_at = now
         if not connection.in_atomic_block and not guard and not pushes(task):
-            if not _commit_in_one_round_trip(task, expected, guard, columns, now, self.events, attempts,
-                                             cost_entries):
+            sql, params, delivery = _one_statement(task, expected, list(columns), self.events, attempts,
+                                                   cost_entries)
+            answer = rowsql.fetch(sql, params)[0]
+            if not answer[0]:  # the task is no longer in the expected state: another writer moved it
                 task.refresh_from_db()
                 return False
-            _after_move(task, attempts=attempts, opens_review=opens_review, outbox=False)
-            if cost_entries:
-                from ledger.services import cost_counters_add
-
-                cost_counters_add(entries=list(cost_entries))
-            self.started_from = task.status
-            self.events = []
+            self._committed(answer, delivery, attempts, cost_entries, opens_review, defer)
             return True
         with transaction.atomic():
             moved = Task.objects.filter(pk=task.pk, status__in=expected, **(guard or {})).update(
@@ -103,17 +103,56 @@ class Timeline:
         self.events = []
         return True
 
+    def on_loop(self, *, opens_review: bool = False) -> bool:
+        """Whether ``acommit`` can write these steps: nothing but the one statement is due (no A2A push configs
+        to read, no review queue to reopen, no re-dispatch to settle)."""
+        task = self.task
+        return not (pushes(task) or opens_review or (task.options or {}).get("redispatch_of")
+                    or engine.in_caller_thread())
 
-def _commit_in_one_round_trip(task, expected, guard, columns, now, events, attempts, cost_entries) -> bool:
+    async def acommit(self, *, fields: Iterable[str] = (), attempts=(), cost_entries=(),
+                      defer: Deferred | None = None) -> bool:
+        """``commit`` awaited on the engine loop, its one statement on the loop's own connections (only when
+        ``on_loop()``): the same compare-and-set and rows, with no thread hop."""
+        task = self.task
+        task.updated_at = timezone.now()
+        sql, params, delivery = _one_statement(task, [self.started_from], list(fields), self.events, attempts,
+                                               cost_entries)
+        answer = (await rowsql.afetch(sql, params))[0]
+        if not answer[0]:
+            await engine.db(task.refresh_from_db)
+            return False
+        self._committed(answer, delivery, attempts, cost_entries, False, defer)
+        return True
+
+    def _committed(self, answer, delivery, attempts, cost_entries, opens_review: bool, defer) -> None:
+        """After the one statement moved the task: start its callback delivery and tell the others (now, or with
+        the caller's round trip when it passed ``defer``)."""
+        task = self.task
+        if delivery is not None:
+            from routing.callbacks import dispatch
+
+            dispatch(answer[1])
+        later = defer if defer is not None else Deferred()
+        _after_move(task, attempts=attempts, opens_review=opens_review, outbox=False, announced=later)
+        later.costs.extend(cost_entries)
+        if defer is None:
+            later.send()
+        self.started_from = task.status
+        self.events = []
+
+
+def _one_statement(task, expected, fields, events, attempts, cost_entries):
     """The same writes as the transaction in ``commit``, as one statement (one round trip, its own
     transaction): the compare-and-set UPDATE and, only when it matched, the INSERTs of the events, attempts,
     cost entries and the callback outbox row, each table's rows passed as one JSON parameter
-    (``routing.rowsql``). Used outside transactions and without a ``guard`` only."""
+    (``routing.rowsql``). Used outside transactions and without a ``guard`` only. Returns (sql, params, the
+    outbox row or None); the statement answers (moved, outbox id)."""
     from ledger.models import CostEntry
     from routing.callbacks import outbox_row
     from routing.models import CallbackDelivery
 
-    assignments, values = rowsql.update_values(Task, task, ["status", "updated_at", *columns])
+    assignments, values = rowsql.update_values(Task, task, ["status", "updated_at", *fields])
     parts = [f"WITH moved AS (UPDATE routing_task SET {', '.join(assignments)} "
              f"WHERE id = %s AND status = ANY(%s) RETURNING id)"]
     params = [*values, task.pk, expected]
@@ -127,21 +166,22 @@ def _commit_in_one_round_trip(task, expected, guard, columns, now, events, attem
                          f"{returning})")
             params.append(rowsql.rows_json(model, objs))
     parts.append(" SELECT (SELECT count(*) FROM moved)" + (", (SELECT id FROM outbox)" if delivery else ""))
-    row = rowsql.fetch("".join(parts), params)[0]
-    if not row[0]:
-        return False  # the task is no longer in the expected state: another writer moved it
-    if delivery is not None:
-        from routing.callbacks import dispatch
-
-        dispatch(row[1])
-    return True
+    return "".join(parts), params, delivery
 
 
-def _after_move(task: Task, *, attempts, opens_review: bool, outbox: bool = True) -> None:
+def _after_move(task: Task, *, attempts, opens_review: bool, outbox: bool = True,
+                announced: Deferred | None = None) -> None:
     """Inside the transaction that moved ``task``: the outbox row of a terminal state (unless the caller wrote
-    it), and what to tell others once it commits."""
+    it), and what to tell others once it commits. With ``announced`` the move has committed already (the one
+    statement): what waits for the commit runs now, and the announcement goes into ``announced``."""
     from routing.callbacks import outbox_enqueue
     from routing.signals import attempts_recorded, review_item_opened
+
+    def once_committed(fn) -> None:
+        if announced is not None:
+            fn()
+        else:
+            transaction.on_commit(fn)
 
     if outbox and task.status in TERMINAL:
         outbox_enqueue(task)
@@ -149,16 +189,46 @@ def _after_move(task: Task, *, attempts, opens_review: bool, outbox: bool = True
         push_enqueue(task)
     if attempts:
         version_ids = {a.version_id for a in attempts}
-        transaction.on_commit(lambda: attempts_recorded.send(sender=Task, version_ids=version_ids))
+        once_committed(lambda: attempts_recorded.send(sender=Task, version_ids=version_ids))
     if opens_review:
-        transaction.on_commit(lambda: review_item_opened.send(sender=Task, task_id=task.pk))
+        once_committed(lambda: review_item_opened.send(sender=Task, task_id=task.pk))
     if task.status in TERMINAL and (task.options or {}).get("redispatch_of"):
         from routing.manual import settle_origin
 
-        transaction.on_commit(lambda: settle_origin(task))
+        once_committed(lambda: settle_origin(task))
     # repeats of a request wait for its outcome and A2A streams follow every change (routing.waiting)
     status = task.status
-    transaction.on_commit(lambda: announce(task.pk, status))
+    if announced is not None:
+        announced.announcements.append(f"{task.pk}:{status}")
+    else:
+        transaction.on_commit(lambda: announce(task.pk, status))
+
+
+class Deferred:
+    """Redis commands due once a transition committed: its announcement (``TASK_CHANNEL``) and the month-to-date
+    cost counters of its entries, sent in one round trip (``send``) or added to the caller's pipeline."""
+
+    def __init__(self):
+        self.announcements: list[str] = []
+        self.costs: list = []
+
+    def add_to(self, pipe) -> None:
+        from ledger.services import cost_counters_pipe
+
+        cost_counters_pipe(pipe, self.costs)
+        for message in self.announcements:
+            pipe.publish(TASK_CHANNEL, message)
+
+    def send(self) -> None:
+        from routing.snapshot import redis_client
+
+        pipe = redis_client().pipeline(transaction=False)
+        self.add_to(pipe)
+        if len(pipe):
+            try:
+                pipe.execute()
+            except Exception:  # a waiter re-reads on its timer; ledger.services.spend_rebuild restores counters
+                logger.warning("could not send a transition's announcement and cost counters", exc_info=True)
 
 
 def pushes(task: Task) -> bool:

@@ -45,6 +45,7 @@ async def _lifespan(receive, send) -> None:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await stack.aclose()
+                await engine.close_clients()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -134,3 +134,30 @@ async def arequest(method: str, url: str, *, allowed_networks: Iterable, client:
     """The same on an ``httpx.AsyncClient``. DNS resolution runs in a thread (getaddrinfo blocks)."""
     checked = await asyncio.to_thread(check_url, url, allowed_networks, what=what, setting=setting)
     return await client.request(method, **pinned(checked, headers), follow_redirects=False, **kwargs)
+
+
+async def apost(url: str, *, allowed_networks: Iterable, body: bytes, headers: Mapping[str, str], timeout: float,
+                what: str = "url", setting: str = "") -> int:
+    """Check ``url`` and POST ``body`` to the checked address on the engine loop's aiohttp session (a tenth of
+    httpx's CPU per call: ``engine.post_json``): the same pinning as ``pinned`` (Host header, and the original
+    name for TLS). Resolution runs in a thread unless the host is an address. Returns the status; raises
+    InvalidInput when refused, ``engine.CallTimeout`` / ``engine.ConnectFailed`` when the call fails."""
+    from reach_platform import engine
+
+    if _is_address(url):
+        checked = check_url(url, allowed_networks, what=what, setting=setting)
+    else:
+        checked = await asyncio.to_thread(check_url, url, allowed_networks, what=what, setting=setting)
+    target = pinned(checked, headers)
+    status, _ = await engine.post_json(target["url"], body, target["headers"], timeout=timeout,
+                                       connect_timeout=min(timeout, 2.0),
+                                       server_hostname=checked.host if checked.scheme == "https" else None)
+    return status
+
+
+def _is_address(url: str) -> bool:
+    try:
+        ipaddress.ip_address((urlsplit(url).hostname or "").split("%")[0])
+    except ValueError:
+        return False
+    return True

@@ -143,15 +143,26 @@ async def admit(instance) -> tuple[bool, float]:
     return False, float(answer[2]) if reason == "rate" else 0.0
 
 
+def _settle_args(instance, version_id: int, ok: bool, latency_ms: float | None) -> tuple[list, list]:
+    open_key, tripped_key, probe_key = _breaker_keys(instance.id)
+    return ([open_key, probe_key, tripped_key, f"reach:inflight:instance:{instance.id}", f"reach:lat:{version_id}"],
+            [int(time.time()), int(_cfg("BREAKER_WINDOW_S")), "1" if ok else "0", int(_cfg("BREAKER_MIN_REQUESTS")),
+             float(_cfg("BREAKER_FAILURE_RATE")), int(_cfg("BREAKER_OPEN_S")),
+             "" if latency_ms is None else str(round(latency_ms, 1)), f"reach:breaker:{instance.id}"])
+
+
 async def settle(instance, version_id: int, *, ok: bool, latency_ms: float | None) -> str:
     """Release the slot, count the outcome; returns the breaker state after it."""
-    open_key, tripped_key, probe_key = _breaker_keys(instance.id)
-    state = await _script("settle", _SETTLE)(
-        keys=[open_key, probe_key, tripped_key, f"reach:inflight:instance:{instance.id}", f"reach:lat:{version_id}"],
-        args=[int(time.time()), int(_cfg("BREAKER_WINDOW_S")), "1" if ok else "0", int(_cfg("BREAKER_MIN_REQUESTS")),
-              float(_cfg("BREAKER_FAILURE_RATE")), int(_cfg("BREAKER_OPEN_S")),
-              "" if latency_ms is None else str(round(latency_ms, 1)), f"reach:breaker:{instance.id}"])
+    keys, args = _settle_args(instance, version_id, ok, latency_ms)
+    state = await _script("settle", _SETTLE)(keys=keys, args=args)
     return state.decode() if isinstance(state, bytes) else state
+
+
+def settle_into(pipe, instance, version_id: int, *, latency_ms: float) -> None:
+    """``settle`` of a successful call, added to a pipeline sent later (``routing.transitions.Deferred``): the
+    run's last round trip carries it. EVAL, not the registered script (see ``caller_release``)."""
+    keys, args = _settle_args(instance, version_id, True, latency_ms)
+    pipe.eval(_SETTLE, len(keys), *keys, *args)
 
 
 def _text(value) -> str:

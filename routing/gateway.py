@@ -10,6 +10,7 @@ endpoint id (a stale address) is discarded and the next candidate gets the reque
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -155,6 +156,7 @@ class CallContext:
     a2a_turn: dict | None = None  # the caller's answer to an A2A agent's question: {task_id, context_id, answer, turn}
     task_pk: int | None = None  # our task's row (A2A push URLs name it: request_ids are unique per caller only)
     mode: str = "sync"  # an async task's A2A call may return at once and be followed by push
+    after: Any = None  # the run's routing.transitions.Deferred: a successful call's settlement goes with it
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -270,9 +272,13 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
             finally:
                 latency = (time.perf_counter() - t0) * 1000
                 ok = outcome in (AttemptOutcome.SUCCESS, AttemptOutcome.ACCEPTED, AttemptOutcome.INPUT_REQUIRED)
-                await asyncio.shield(admission.settle(instance, version.id,
-                                                      ok=ok or outcome == AttemptOutcome.CLIENT_ERROR,
-                                                      latency_ms=latency if ok else None))
+                if ok and ctx.after is not None:  # nothing waits on it: sent with the run's last round trip
+                    ctx.after.later(functools.partial(admission.settle_into, instance=instance,
+                                                      version_id=version.id, latency_ms=latency))
+                else:
+                    await asyncio.shield(admission.settle(instance, version.id,
+                                                          ok=ok or outcome == AttemptOutcome.CLIENT_ERROR,
+                                                          latency_ms=latency if ok else None))
             CALL_SECONDS.labels(agent=version.agent, outcome=outcome).observe(latency / 1000)
             execution.attempts.append(AttemptRecord(
                 number=number, version_id=version.id, instance_id=instance.id, started_at=started,

@@ -350,6 +350,7 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
             raise
         if plan.ctx is None:
             return plan.row
+        plan.ctx.after = after
         try:
             if on_step is not None:
                 await on_step(plan.row, plan.candidates[0])

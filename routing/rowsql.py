@@ -62,15 +62,17 @@ def rows_json(model: type[models.Model], objs, *, add: bool = True) -> str:
     return json.dumps(rows, default=_plain, ensure_ascii=False, separators=(",", ":"))
 
 
-def update_values(model: type[models.Model], obj, names) -> tuple[list[str], list]:
-    """``"col" = %s`` assignments and their values for the fields ``names`` of ``obj``, adapted as Django would
-    write them (a JSON field's value wrapped for jsonb)."""
-    assignments, values = [], []
-    for name in names:
-        field = cast(models.Field, model._meta.get_field(name))
-        assignments.append(f"{connection.ops.quote_name(str(field.column))} = %s")
-        values.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
-    return assignments, values
+@cache
+def _assignments(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tuple[models.Field, ...]]:
+    fields = tuple(cast(models.Field, model._meta.get_field(name)) for name in names)
+    return ", ".join(f"{connection.ops.quote_name(str(f.column))} = %s" for f in fields), fields
+
+
+def update_values(model: type[models.Model], obj, names) -> tuple[str, list]:
+    """The ``"col" = %s, ...`` assignments (built once per set of fields) and their values for the fields
+    ``names`` of ``obj``, adapted as Django would write them (a JSON field's value wrapped for jsonb)."""
+    sql, fields = _assignments(model, tuple(names))
+    return sql, [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
 
 
 def _prepare() -> bool | None:

@@ -153,7 +153,7 @@ def _one_statement(task, expected, fields, events, attempts, cost_entries):
     from routing.models import CallbackDelivery
 
     assignments, values = rowsql.update_values(Task, task, ["status", "updated_at", *fields])
-    parts = [f"WITH moved AS (UPDATE routing_task SET {', '.join(assignments)} "
+    parts = [f"WITH moved AS (UPDATE routing_task SET {assignments} "
              f"WHERE id = %s AND status = ANY(%s) RETURNING id)"]
     params = [*values, task.pk, expected]
     delivery = outbox_row(task) if task.status in TERMINAL else None
@@ -205,16 +205,23 @@ def _after_move(task: Task, *, attempts, opens_review: bool, outbox: bool = True
 
 
 class Deferred:
-    """Redis commands due once a transition committed: its announcement (``TASK_CHANNEL``) and the month-to-date
-    cost counters of its entries, sent in one round trip (``send``) or added to the caller's pipeline."""
+    """Redis commands due once a transition committed: its announcement (``TASK_CHANNEL``), the month-to-date
+    cost counters of its entries, and whatever else the run left for later (``later``: the settlement of its
+    successful agent call), sent in one round trip (``send``) or added to the caller's pipeline."""
 
     def __init__(self):
         self.announcements: list[str] = []
         self.costs: list = []
+        self.commands: list = []  # functions that add commands to a pipeline
+
+    def later(self, add) -> None:
+        self.commands.append(add)
 
     def add_to(self, pipe) -> None:
         from ledger.services import cost_counters_pipe
 
+        for add in self.commands:
+            add(pipe)
         cost_counters_pipe(pipe, self.costs)
         for message in self.announcements:
             pipe.publish(TASK_CHANNEL, message)

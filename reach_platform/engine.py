@@ -116,14 +116,25 @@ async def close_clients() -> None:
 
 
 def _close_at_exit() -> None:
-    """At exit, close the daemon loop's clients while it still runs (an unclosed aiohttp session or pool would
-    complain as it is collected)."""
+    """At exit, close the daemon loop's aiohttp session and connection pool while the loop still runs (either
+    would complain as it is collected); Redis stays open for the watchers that still listen."""
     target = _loop
-    if target is not None and target.is_running() and not on_loop():
-        try:
-            asyncio.run_coroutine_threadsafe(_close_clients_here(), target).result(2)
-        except Exception:  # exiting anyway
-            pass
+    if target is None or not target.is_running() or on_loop():
+        return
+    entry = _clients.get(id(target))
+    if entry is None:
+        return
+
+    async def close() -> None:
+        if entry[3] is not None:
+            await entry[3].close()
+        if entry[4] is not None:
+            await entry[4].close()
+
+    try:
+        asyncio.run_coroutine_threadsafe(close(), target).result(2)
+    except Exception:  # exiting anyway
+        pass
 
 
 atexit.register(_close_at_exit)

@@ -5,8 +5,9 @@ python bench/slow_agents.py [--latency-ms 2000] [--concurrency 256] [--seconds 2
 
 The gateway is served as production serves it (reach_platform.serving: uvicorn, WEB_WORKERS processes) on its
 own database (reach_bench_slow). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms, added_p95_ms,
-errors, and the peak RSS (MB) of each gateway process. Targets (issue 11): ratio >= 0.9 and added p50 <= 30 ms
-at 256 callers, ratio >= 0.8 at 1,024, no errors.
+errors, the peak RSS (MB) of each gateway process, and the added p50 of the first, second and last wave of
+answers (all callers start at once: the first waves show the burst, the last the steady state). Targets
+(issue 11): ratio >= 0.9 and added p50 <= 30 ms at 256 callers, ratio >= 0.8 at 1,024, no errors.
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ import uuid
 
 from _common import peak_rss_mb, serve_gateway, setup_django, start_order_agent
 from _load import load
+
+
+def _by_wave(through, direct, size: int) -> dict:
+    base = direct.pct(0.5)
+    waves = [through.latencies_ms[i:i + size] for i in range(0, len(through.latencies_ms), size)]
+    waves = [w for w in waves if len(w) == size]
+
+    def p50(values):
+        return round(sorted(values)[len(values) // 2] - base, 1)
+
+    return {"first": p50(waves[0]), "second": p50(waves[1]), "last": p50(waves[-1])} if len(waves) >= 3 else {}
 
 
 def main() -> None:
@@ -58,6 +70,9 @@ def main() -> None:
         "added_p95_ms": round(through.pct(0.95) - direct.pct(0.95), 1),
         "errors": direct.errors + through.errors, "direct_errors": direct.errors, "gateway_errors": through.errors,
         "gateway_statuses": through.statuses, "gateway_peak_rss_mb": rss,
+        # the answers in the order they came, by wave of N: all N callers start at once, so the first waves queue
+        # behind each other (how long the gateway takes to absorb that burst) and the last ones show the steady state
+        "added_p50_ms_by_wave": _by_wave(through, direct, args.concurrency),
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms")
     print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  ratio {figures['ratio']}")

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import httpx
 import pytest
@@ -61,12 +62,16 @@ def test_the_readme_quick_start_works_as_written():
         assert re.search(r"A2A agent shipment-agent \(push notifications\), registered from its card "
                          r"http://127\.0\.0\.1:\d+/\.well-known/agent-card\.json: shipment\.track", printed), printed
         assert f"A2A door  {base_url}/a2a/shipment-agent/.well-known/agent-card.json" in printed
+        # keep reading what the servers print (a full pipe would block them), for the failure messages below
+        threading.Thread(target=lambda: output.extend(server.stdout), daemon=True).start()
 
         shell = " && ".join(commands[1:]).replace(README_URL, base_url)
-        done = subprocess.run(["bash", "-c", f"{shell}; echo; echo TOKEN=$TOKEN"], cwd=BASE, env=env,
-                              capture_output=True, text=True, timeout=120)
-        answer, token_line = done.stdout.strip().rsplit("\n", 1)
-        assert '"status":"succeeded"' in answer.replace(" ", ""), (answer, done.stderr)
+        done = subprocess.run(["bash", "-c", f"{shell}; rc=$?; echo; echo RC=$rc; echo TOKEN=$TOKEN"], cwd=BASE,
+                              env=env, capture_output=True, text=True, timeout=120)
+        *answer_lines, rc_line, token_line = done.stdout.strip().split("\n")
+        answer = "\n".join(answer_lines)
+        assert '"status":"succeeded"' in answer.replace(" ", ""), (done.stdout, done.stderr,
+                                                                   "".join(output)[-4000:])
         assert '"agent":"order-agent"' in answer.replace(" ", "")
 
         token = token_line.removeprefix("TOKEN=")

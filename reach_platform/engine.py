@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -124,15 +125,8 @@ def _close_at_exit() -> None:
     entry = _clients.get(id(target))
     if entry is None:
         return
-
-    async def close() -> None:
-        if entry[3] is not None:
-            await entry[3].close()
-        if entry[4] is not None:
-            await entry[4].close()
-
     try:
-        asyncio.run_coroutine_threadsafe(close(), target).result(2)
+        asyncio.run_coroutine_threadsafe(entry.close_late_opened(), target).result(2)
     except Exception:  # exiting anyway
         pass
 
@@ -143,12 +137,9 @@ atexit.register(_close_at_exit)
 async def _close_clients_here() -> None:
     entry = _clients.pop(id(asyncio.get_running_loop()), None)
     if entry is not None:
-        await entry[1].aclose()
-        await entry[2].aclose(close_connection_pool=True)
-        if entry[3] is not None:
-            await entry[3].close()
-        if entry[4] is not None:
-            await entry[4].close()
+        await entry.http.aclose()
+        await entry.redis.aclose(close_connection_pool=True)
+        await entry.close_late_opened()
 
 
 def spawn(coro) -> None:
@@ -176,13 +167,30 @@ def pending_background() -> int:
     return len(_background)
 
 
-_clients: dict[int, list[Any]] = {}
+@dataclass
+class _LoopClients:
+    """The shared clients of one loop; the agent session and the database pool open on first use."""
+
+    loop: asyncio.AbstractEventLoop
+    http: Any  # _Shards of httpx.AsyncClient
+    redis: Any  # redis.asyncio.Redis
+    agent_session: Any = None  # aiohttp.ClientSession
+    pg: asyncio.Task | None = None  # opens the psycopg AsyncConnectionPool (awaited by every user)
+
+    async def close_late_opened(self) -> None:
+        if self.agent_session is not None:
+            await self.agent_session.close()
+        if self.pg is not None:
+            await (await self.pg).close()
+
+
+_clients: dict[int, _LoopClients] = {}
 
 
 def _clients_here():
     running = asyncio.get_running_loop()
     entry = _clients.get(id(running))
-    if entry is None or entry[0] is not running:
+    if entry is None or entry.loop is not running:
         import httpx
         import redis.asyncio as aioredis
         from django.conf import settings
@@ -194,7 +202,7 @@ def _clients_here():
         pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL,
                                                         max_connections=int(settings.REACH["REDIS_CONNECTIONS"]),
                                                         timeout=10)
-        entry = [running, http_client, aioredis.Redis(connection_pool=pool), None, None]
+        entry = _LoopClients(running, http_client, aioredis.Redis(connection_pool=pool))
         _clients[id(running)] = entry
     return entry
 
@@ -219,12 +227,12 @@ class _Shards:
 
 def http():
     """One of the loop's shared ``httpx.AsyncClient`` pools, in turn (see ``_Shards``): use it for one call."""
-    return _clients_here()[1].next()
+    return _clients_here().http.next()
 
 
 def redis():
     """The loop's shared ``redis.asyncio`` client (a bounded connection pool)."""
-    return _clients_here()[2]
+    return _clients_here().redis
 
 
 class CallTimeout(Exception):
@@ -237,15 +245,16 @@ class ConnectFailed(Exception):
 
 def _agent_session():
     entry = _clients_here()
-    if entry[3] is None:
+    if entry.agent_session is None:
         import aiohttp
         from django.conf import settings
 
         connector = aiohttp.TCPConnector(limit=int(settings.REACH["HTTP_MAX_CONNECTIONS"]), limit_per_host=0,
                                          keepalive_timeout=30)
         # no cookie jar: what one agent sets must never travel with another caller's request
-        entry[3] = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
-    return entry[3]
+        entry.agent_session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                                    trust_env=False)
+    return entry.agent_session
 
 
 async def post_json(url: str, body: bytes, headers: dict[str, str], *, timeout: float,
@@ -282,18 +291,23 @@ async def pg():
     connections in autocommit, with Django's connection parameters): for the invoke path's few hand-written
     statements (``routing.rowsql.afetch``), awaited on the loop like the agent call, with no thread hop."""
     entry = _clients_here()
-    if entry[4] is None:
-        from django.conf import settings
-        from django.db import connection
-        from psycopg_pool import AsyncConnectionPool
+    if entry.pg is None:  # one opening, awaited by every first caller (a pool in use before it is open raises)
+        entry.pg = asyncio.get_running_loop().create_task(_open_pg())
+    return await entry.pg
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        entry[4] = AsyncConnectionPool(kwargs={**params, "autocommit": True}, min_size=1,
-                                       max_size=max(1, int(settings.REACH["DB_LOOP_CONNECTIONS"])), open=False,
-                                       name="reach-loop")
-        await entry[4].open(wait=False)
-    return entry[4]
+
+async def _open_pg():
+    from django.conf import settings
+    from django.db import connection
+    from psycopg_pool import AsyncConnectionPool
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    pool = AsyncConnectionPool(kwargs={**params, "autocommit": True}, min_size=1,
+                               max_size=max(1, int(settings.REACH["DB_LOOP_CONNECTIONS"])), open=False,
+                               name="reach-loop")
+    await pool.open(wait=False)
+    return pool
 
 
 def db_pool() -> ThreadPoolExecutor:

@@ -45,6 +45,11 @@ Constants that remain, and how they were chosen (none by looking at a data set's
 - ``SAME_FAMILY_COSINE = 0.95``: centroids this close are several agents offering one service (load balancing).
 - ``HEAD_C = 30``: kept from the previous session (chosen on CLINC150 val); top-1 moves by at most 0.4 points
   between C = 30, 100 and 300 on every cross-domain and unregistered-neighbour fold, so it is not load-bearing.
+- ``LEXICAL_SCALE = 0.5``: the head's tf-idf block against the unit embedding. Tried at 0.5 and 1.0 on the CLINC150
+  folds (1.0 was worse on all); between 0.35, 0.5 and 0.7 top-1 moves by at most 0.4 points on every cross-domain
+  and unregistered-neighbour fold, and each of the three beats the head without the block on every fold.
+- ``LEXICAL_MIN_WEIGHT = 0.05``: a storage bound (a term under it moves a logit by less than 0.05); dropping them
+  keeps 2-5 % of the lexical weights and left top-1 unchanged on CLINC150 and both cross-domain halves.
 - ``HEAD_MAX_CAPABILITIES``/``MAX_CAPABILITIES``: cost bounds.
 """
 
@@ -53,14 +58,19 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import sparse
+
+from routing.lexical import Lexicon
 
 ROUNDS = 5
 CONFIRM_RECALL = 0.90
 SAME_FAMILY_COSINE = 0.95
 HEAD_C = 30.0
+LEXICAL_SCALE = 0.5  # weight of the head's tf-idf block against the unit embedding (see above)
+LEXICAL_MIN_WEIGHT = 0.05  # lexical head weights under this are dropped: a term moves a logit by at most this much
 HEAD_MAX_CAPABILITIES = 1000  # above this the head costs minutes to fit; the resolver uses centroids alone
 MAX_CAPABILITIES = 600        # capabilities whose cases are simulated in centroid mode (cost bound)
 LATIN_BLOCK = slice(512, 896)  # the MiniLM block of usem3+minilm vectors: all zero for non-Latin text
@@ -291,9 +301,12 @@ class _Ranker:
     """What the resolver ranks with, fitted on some examples: the head (softmax regression) or the centroids."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, head: bool, negatives: list[np.ndarray], neg_margin: float,
-                 fam: np.ndarray | None = None):
+                 fam: np.ndarray | None = None, texts: list[str] | None = None,
+                 extras: tuple[np.ndarray, np.ndarray, list[str]] | None = None):
         """``fam``: the family relation over the whole registry's capabilities (computed here when not given);
-        several agents offering one service are a family whichever examples a round trains on."""
+        several agents offering one service are a family whichever examples a round trains on. ``texts``: the
+        rows' normalised texts, for the head's lexical block (None: the head is on the embedding alone).
+        ``extras``: (rows, labels, texts) that train the head only -- the descriptions, as ``fit_head``."""
         self.negatives, self.neg_margin = negatives, neg_margin
         self.classes = np.unique(y)
         if np.all(y[:-1] <= y[1:]):  # stacked class by class already (as simulated_cases does): no copy
@@ -306,9 +319,14 @@ class _Ranker:
         self.ends = np.searchsorted(self.y, self.classes, side="right")
         self.centroids = _unit(np.add.reduceat(self.X, self.starts, axis=0).astype(np.float64))
         self.fam = families(self.centroids) if fam is None else fam[np.ix_(self.classes, self.classes)]
-        self.W = self.b = None
+        self.W = self.b = self.lexicon = self.L = None
         if head and len(self.classes) >= 2:
-            self.W, self.b = _fit_head(X, y)
+            hx, hy, ht = X, y, texts
+            if extras is not None and len(extras[1]):
+                keep = np.isin(extras[1], self.classes)
+                hx, hy = np.vstack([X, extras[0][keep]]), np.concatenate([y, extras[1][keep]])
+                ht = None if texts is None else list(texts) + [t for t, k in zip(extras[2], keep, strict=True) if k]
+            self.W, self.b, self.lexicon, self.L = _fit_head(hx, hy, ht)
 
     def best_example(self, Q: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """Each query's best cosine to one example of its class in ``classes`` (positions in ``self.classes``): only
@@ -316,11 +334,15 @@ class _Ranker:
         class it was a matrix product with all the registry's examples each round: minutes at 10,000)."""
         return np.array([float((self.X[self.starts[c]:self.ends[c]] @ q).max()) for q, c in zip(Q, classes, strict=True)])
 
-    def features(self, Q: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def features(self, Q: np.ndarray, hits: np.ndarray, texts: list[str] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features, top class and whether the resolver's negative-case filter throws the top class out, per row.
-        ``hits``: distinct keyword hits of each row's text on every capability of the registry (columns)."""
+        ``hits``: distinct keyword hits of each row's text on every capability of the registry (columns);
+        ``texts``: the rows' normalised texts (the head's lexical block)."""
         cos = Q @ self.centroids.T
         ranking = cos if self.W is None else Q @ self.W.T + self.b
+        if self.L is not None and self.lexicon is not None and texts is not None:
+            ranking = ranking + (self.lexicon.transform(texts) @ self.L.T).toarray()
         F, top = top_features(ranking, cos, self.fam, None, hits[:, self.classes])
         F[:, 2] = self.best_example(Q, top)
         top = self.classes[top]
@@ -329,11 +351,33 @@ class _Ranker:
         return F, top, neg - F[:, 2] > self.neg_margin
 
 
+@dataclass
+class RegistryTexts:
+    """What the head learns from besides the example vectors, per capability (positions as ``examples``): the
+    normalised texts of its examples and negative cases (the lexical block), and extra rows that train the head only
+    -- its description (vector and text)."""
+
+    examples: list[list[str]]
+    negatives: list[list[str]]
+    extras: list[np.ndarray]  # the description's vector (0 or 1 rows)
+    extra_texts: list[list[str]]
+
+    def head_extras(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """The extra rows of the capabilities where ``keep`` is True, as ``_Ranker`` takes them."""
+        cs = [c for c in np.flatnonzero(keep) if len(self.extras[c])]
+        if not cs:
+            return np.zeros((0, 1)), np.zeros(0, dtype=int), []
+        return (np.vstack([self.extras[c] for c in cs]), np.concatenate([[c] * len(self.extras[c]) for c in cs]),
+                [t for c in cs for t in self.extra_texts[c]])
+
+
 def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool, seed: int = 0,
-                    example_hits: list | None = None, negative_hits: list | None = None):
+                    example_hits: list | None = None, negative_hits: list | None = None,
+                    texts: RegistryTexts | None = None):
     """Cross-fitted cases: features, whether each is right, whether it is out of scope, and its language bucket.
     ``example_hits[c]`` / ``negative_hits[c]``: (texts x capabilities) distinct keyword hits of capability c's
-    example / negative-case texts (zeros when not given)."""
+    example / negative-case texts (zeros when not given). ``texts``: see ``RegistryTexts`` (the head's lexical
+    block and extra rows; without it the head is on the example vectors alone)."""
     k = len(examples)
     example_hits = example_hits or [sparse.csr_matrix((len(E), k)) for E in examples]
     negative_hits = negative_hits or [sparse.csr_matrix((len(N), k)) for N in negatives]
@@ -351,28 +395,38 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         splits += [(group == r, None) for r in range(ROUNDS)]
     for left_out, fold in splits:
         tr_X, tr_y, held, held_y, held_h, out, out_h = [], [], [], [], [], [], []
+        tr_t: list[str] = []
+        held_t: list[str] = []
+        out_t: list[str] = []
         for c, E in enumerate(examples):
+            words = texts.examples[c] if texts is not None else [""] * len(E)
             if left_out[c]:
                 if c in sampled:
                     out.append(E)
                     out_h.append(example_hits[c])
+                    out_t += words
                 continue
             mask = ((np.arange(len(E)) + c) % ROUNDS == fold) if fold is not None and len(E) >= 2 else \
                 np.zeros(len(E), bool)
             tr_X.append(E[~mask])
             tr_y += [c] * int((~mask).sum())
+            tr_t += [t for t, m in zip(words, mask, strict=True) if not m]
             if mask.any() and c in sampled:
                 held.append(E[mask])
                 held_h.append(example_hits[c][mask])
                 held_y += [c] * int(mask.sum())
+                held_t += [t for t, m in zip(words, mask, strict=True) if m]
         if len(set(tr_y)) < 2 or not (held or out):
             continue
-        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin, fam)
-        for cases, hits, owners, is_oos in ((held, held_h, held_y, False), (out, out_h, None, True)):
+        ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin, fam,
+                         texts=tr_t if texts is not None else None,
+                         extras=texts.head_extras(~left_out) if texts is not None else None)
+        for cases, hits, words, owners, is_oos in ((held, held_h, held_t, held_y, False),
+                                                   (out, out_h, out_t, None, True)):
             if not cases:
                 continue
             Q = np.vstack(cases)
-            F, top, dropped = ranker.features(Q, _stack(hits))
+            F, top, dropped = ranker.features(Q, _stack(hits), words if texts is not None else None)
             feats.append(F)
             filtered.append(dropped)
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
@@ -383,10 +437,13 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
     if scored:
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
-        ranker = _Ranker(X, y, head, negatives, neg_margin, fam)
+        ranker = _Ranker(X, y, head, negatives, neg_margin, fam,
+                         texts=[t for ts in texts.examples for t in ts] if texts is not None else None,
+                         extras=texts.head_extras(np.ones(k, bool)) if texts is not None else None)
         owner = np.concatenate([np.full(len(negatives[c]), c, dtype=int) for c in scored])
         N = np.vstack([negatives[c] for c in scored])
-        F, top, dropped = ranker.features(N, _stack([negative_hits[c] for c in scored]))
+        F, top, dropped = ranker.features(N, _stack([negative_hits[c] for c in scored]),
+                                          [t for c in scored for t in texts.negatives[c]] if texts is not None else None)
         # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
         # filter compares it with its capability's *other* negative cases (compared with itself it would always be
         # filtered, and the negative cases would never count against the EXECUTE cut-off).
@@ -445,13 +502,14 @@ def negative_margin(examples: list[np.ndarray], negatives: list[np.ndarray]) -> 
 def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, head: bool = False,
                     max_wrong: float = 0.02, max_oos: float = 0.05, seed: int = 0, execute_at: float = 0.75,
                     confirm_at: float = 0.55, example_hits: list | None = None,
-                    negative_hits: list | None = None) -> Calibration:
+                    negative_hits: list | None = None, texts: RegistryTexts | None = None) -> Calibration:
     """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases; the optional
-    hits are their texts' keyword hits on every capability (see ``simulated_cases``)."""
+    hits are their texts' keyword hits on every capability, ``texts`` what else the head learns from (see
+    ``simulated_cases``)."""
     if len(examples) < 3:
         return default_calibration(execute_at, confirm_at)
     F, right, oos, buckets, filtered = simulated_cases(examples, negatives, head=head, seed=seed, example_hits=example_hits,
-                                             negative_hits=negative_hits)
+                                             negative_hits=negative_hits, texts=texts)
     if right.all() or not right.any():
         return default_calibration(execute_at, confirm_at)
     w = _fit_monotone_logistic(F[~filtered], right[~filtered].astype(float))
@@ -476,22 +534,48 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
 
 @dataclass
 class Head:
-    """A softmax regression over the registry's examples: one weight row and bias per capability version.
+    """A softmax regression over the registry's examples: one weight row and bias per capability version, on the
+    example's embedding and on its tf-idf terms (``routing.lexical``).
 
-    It ranks the right capability first more often than the nearest centroid (CLINC150 test, 10 shots,
-    usem3+minilm: 0.917 against 0.903; +1.3 to +1.8 points on every cross-domain and unregistered-neighbour fold):
-    the examples of confusable capabilities pull the weights apart, where the centroid only averages. It rescores
-    the candidates the centroid search returns."""
+    It ranks the right capability first more often than the nearest centroid: the examples of confusable
+    capabilities pull the weights apart, where the centroid only averages, and the lexical block learns which of the
+    registry's words tell neighbours apart. Each capability's description is one more example. It rescores the
+    candidates the centroid search returns."""
 
     version_ids: np.ndarray
     W: np.ndarray
     b: np.ndarray
+    lexicon: Lexicon | None = None
+    L: sparse.csr_matrix | None = None  # versions x lexicon terms, LEXICAL_SCALE folded in
+    _terms: np.ndarray | None = field(default=None, repr=False)  # the lexicon's terms by position, once needed
+
+    def logits(self, rows: list[int], query: np.ndarray, text: str = "") -> np.ndarray:
+        """The head's logits of the versions at ``rows`` for a request (its vector and normalised text)."""
+        out = (self.W[rows] @ query + self.b[rows]).astype(np.float64)
+        if self.L is not None and self.lexicon is not None and text:
+            out += np.asarray((self.L[rows] @ self.lexicon.transform([text]).T).todense()).ravel()
+        return out
+
+    def word_evidence(self, row: int, text: str, n: int = 3) -> list[tuple[str, float]]:
+        """The request's words that raise the logit of the version at ``row`` most (by 0.1 or more: a smaller push
+        explains nothing), with what each adds."""
+        if self.L is None or self.lexicon is None or not text:
+            return []
+        contribution = self.L[row].multiply(self.lexicon.transform([text])).tocsr()
+        terms = self.lexicon.terms_array() if self._terms is None else self._terms
+        self._terms = terms
+        best = sorted(zip(contribution.indices, contribution.data, strict=True), key=lambda x: -x[1])[:n]
+        return [(str(terms[i]), float(v)) for i, v in best if v >= 0.1]
 
     def to_bytes(self) -> bytes:
         import io
 
         buf = io.BytesIO()
-        np.savez(buf, version_ids=self.version_ids, W=self.W.astype(np.float32), b=self.b.astype(np.float32))
+        arrays: dict[str, Any] = {"version_ids": self.version_ids, "W": self.W.astype(np.float32),
+                                  "b": self.b.astype(np.float32)}
+        if self.L is not None and self.lexicon is not None:
+            arrays.update(terms=self.lexicon.terms_array(), idf=self.lexicon.idf, **_sparse_arrays("L", self.L))
+        np.savez(buf, **arrays)
         return buf.getvalue()
 
     @classmethod
@@ -499,24 +583,58 @@ class Head:
         import io
 
         data = np.load(io.BytesIO(bytes(raw)))
-        return cls(version_ids=data["version_ids"], W=data["W"], b=data["b"])
+        head = cls(version_ids=data["version_ids"], W=data["W"], b=data["b"])
+        if "terms" in data:  # a head of an older release has no lexical block
+            head.lexicon = Lexicon(index={str(t): i for i, t in enumerate(data["terms"])}, idf=data["idf"])
+            head.L = _sparse_from(data, "L")
+        return head
 
 
-def _fit_head(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sparse_arrays(prefix: str, m: sparse.csr_matrix | None) -> dict[str, np.ndarray]:
+    if m is None:
+        return {}
+    m = m.tocsr()
+    return {f"{prefix}_data": m.data.astype(np.float32), f"{prefix}_indices": m.indices, f"{prefix}_indptr": m.indptr,
+            f"{prefix}_shape": np.array(m.shape)}
+
+
+def _sparse_from(data, prefix: str) -> sparse.csr_matrix:
+    return sparse.csr_matrix((data[f"{prefix}_data"], data[f"{prefix}_indices"], data[f"{prefix}_indptr"]),
+                             shape=tuple(int(x) for x in data[f"{prefix}_shape"]))
+
+
+def _fit_head(X: np.ndarray, y: np.ndarray, texts: list[str] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, Lexicon | None, sparse.csr_matrix | None]:
+    """The softmax regression on the rows ``X`` (labels ``y``) and, given their ``texts``, their tf-idf terms
+    (vocabulary and idf from these texts alone). Lexical weights under LEXICAL_MIN_WEIGHT are dropped."""
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=HEAD_C, max_iter=1000).fit(X, y)
+    lexicon = Lexicon.fit(texts) if texts is not None else None
+    A = X if lexicon is None or texts is None else sparse.hstack(
+        [sparse.csr_matrix(X), LEXICAL_SCALE * lexicon.transform(texts)], format="csr")
+    model = LogisticRegression(C=HEAD_C, max_iter=1000).fit(A, y)
+    coef, intercept = model.coef_, model.intercept_
     if len(model.classes_) == 2:  # sklearn fits one row for two classes: spell out both
-        return np.vstack([-model.coef_, model.coef_]) / 2, np.array([-model.intercept_[0], model.intercept_[0]]) / 2
-    return model.coef_, model.intercept_
+        coef, intercept = np.vstack([-coef, coef]) / 2, np.array([-intercept[0], intercept[0]]) / 2
+    d = X.shape[1]
+    if lexicon is None:
+        return coef, intercept, None, None
+    lexical = coef[:, d:] * LEXICAL_SCALE
+    lexical[np.abs(lexical) < LEXICAL_MIN_WEIGHT] = 0.0
+    return coef[:, :d], intercept, lexicon, sparse.csr_matrix(lexical)
 
 
-def fit_head(examples: list[np.ndarray], version_ids: list[int], descriptions: list[np.ndarray] | None = None
-             ) -> Head:
-    """The head on every example (and each capability's description, as one more example)."""
+def fit_head(examples: list[np.ndarray], version_ids: list[int], texts: RegistryTexts | None = None) -> Head:
+    """The head on every example, plus each capability's extra rows (its description, ``texts.extras``:
+    they train the head but are no examples -- not in the centroid, not scored as cases). Without ``texts`` the
+    head is on the example vectors alone."""
     X = [np.asarray(E) for E in examples]
-    if descriptions:
-        X = [np.vstack([E, d]) if d is not None and len(d) else E for E, d in zip(X, descriptions, strict=True)]
+    T = [list(t) for t in texts.examples] if texts is not None else None
+    if texts is not None:
+        for i, extra in enumerate(texts.extras):
+            if len(extra):
+                X[i] = np.vstack([X[i], extra])
+                T[i] = T[i] + list(texts.extra_texts[i])  # type: ignore[index]
     y = np.concatenate([[c] * len(E) for c, E in enumerate(X)])
-    W, b = _fit_head(np.vstack(X), y)
-    return Head(version_ids=np.array(version_ids), W=W, b=b)
+    W, b, lexicon, L = _fit_head(np.vstack(X), y, [t for ts in T for t in ts] if T is not None else None)
+    return Head(version_ids=np.array(version_ids), W=W, b=b, lexicon=lexicon, L=L)

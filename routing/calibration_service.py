@@ -10,6 +10,7 @@ from registry.embedding import embedder_name, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
 from routing.calibration import (
     HEAD_MAX_CAPABILITIES,
+    RegistryTexts,
     fit_calibration,
     fit_head,
     keyword_hit_matrix,
@@ -49,11 +50,24 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     def hits(kind: str) -> list:
         return [keyword_hit_matrix(words[kind].get(i, []), keyword_sets, index) for i in ids]
 
+    extra = head_texts(ids, words, matrices(VectorKind.DESCRIPTION)) if use_head else None
     calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
                                   max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
-                                  example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE))
-    head = fit_head(ex, ids, matrices(VectorKind.DESCRIPTION)) if use_head else None
+                                  example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE),
+                                  texts=extra)
+    head = fit_head(ex, ids, extra) if use_head else None
     RoutingCalibration.objects.update_or_create(embedder=name, defaults={
         "params": calibration.to_json(), "capabilities": len(ids), "head": head.to_bytes() if head else None})
     bump_generation()
     return {"embedder": name, "capabilities": len(ids), **calibration.to_json()}
+
+
+def head_texts(ids: list[int], words: dict[str, dict[int, list[str]]], descriptions: list[np.ndarray]
+               ) -> RegistryTexts:
+    """What the head learns from besides the example vectors: the example and negative-case texts (its lexical
+    block), and each version's description as an extra row."""
+    return RegistryTexts(examples=[words[VectorKind.EXAMPLE][i] for i in ids],
+                         negatives=[words[VectorKind.NEGATIVE].get(i, []) for i in ids],
+                         extras=descriptions,
+                         extra_texts=[list(words[VectorKind.DESCRIPTION].get(vid, []))[:len(d)]
+                                      for vid, d in zip(ids, descriptions, strict=True)])

@@ -250,8 +250,9 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     ranking = sims
     if snap.head is not None and calibration.mode == "head" and all(v in snap.head_rows for v in ids):
         rows = [snap.head_rows[v] for v in ids]
-        ranking = (snap.head.W[rows] @ query + snap.head.b[rows]).astype(np.float64)
+        ranking = snap.head.logits(rows, query, text)
     signal = "head logit" if ranking is not sims else "cosine"
+    head_row = {vid: snap.head_rows[vid] for vid in ids} if ranking is not sims else {}
     fam = families(top_vectors)
     margins = family_margins(ranking, top_vectors)
     # the best few by the ranking signal are scored in full (their example and negative-case vectors are read)
@@ -307,7 +308,8 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
             "confidence": info.confidence_weight, "health": health, "capacity_penalty": capacity_penalty,
             "cost_penalty": cost_penalty},
             _reasons(snap, ids, i, sims, ex, margins, ranking, fam, signal, grams, float(probability[i]),
-                     calibration, bucket) + reasons
+                     calibration, bucket, snap.head.word_evidence(head_row[info.id], text)
+                     if info.id in head_row and snap.head is not None else []) + reasons
             + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
     candidates.sort(key=lambda c: c.score, reverse=True)
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions
@@ -330,14 +332,17 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
 
 def _reasons(snap: snapshot.Snapshot, ids: list[int], i: int, sims: np.ndarray, best_example: float,
              margins: np.ndarray, ranking: np.ndarray, fam: np.ndarray, signal: str, grams: list[str],
-             probability: float, calibration, bucket: str) -> list[str]:
-    """Sentences a reviewer can check against the breakdown."""
+             probability: float, calibration, bucket: str, words: list[tuple[str, float]]) -> list[str]:
+    """Sentences a reviewer can check against the breakdown; ``words``: the request's words that raise the head's
+    logit for this candidate, with what each adds."""
     others = [j for j in np.argsort(-ranking) if not fam[i, j]]
     runner_up = f" over {snap.versions[ids[others[0]]].capability}" if others else " (no other capability)"
     out = [f"cosine {sims[i]:.2f} to the examples' centroid, {best_example:.2f} to the closest example; "
            f"{signal} margin {margins[i]:+.2f}{runner_up}"]
     if grams:
         out.append(f"keywords {', '.join(grams)}")
+    if words:
+        out.append("words that weigh for it in the head: " + ", ".join(f"{w} {v:+.2f}" for w, v in words))
     p_execute = (calibration.cuts.get(bucket) or calibration.cuts["latin"])[1]
     out.append(f"risk that this is not the right capability ≈ {max(0.0, 1 - probability):.0%} "
                f"(fitted on the registry's cross-validated cases)")

@@ -22,11 +22,10 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from functools import partial
+from functools import cache, partial
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from ledger.services import Price, budget_check, cost_entry_for
@@ -271,21 +270,31 @@ def _confirm(row: Task, choice: str) -> Task | None:
 
 # --- the worker's entry -----------------------------------------------------------------------------------
 
-def _lease(task_id: int):
-    """Claim an async task with a lease. Workers ack late, so a worker killed mid-task gets its message
-    redelivered: while the lease runs a redelivery does nothing; after it the task is resumed, unless the lost
-    run had already called a non-idempotent capability (which may have run): that task fails, never runs
-    twice. Returns the task to run, or its status when there is nothing to run."""
+@cache
+def _lease_sql() -> str:
+    table = connection.ops.quote_name(Task._meta.db_table)
+    return (f"UPDATE {table} SET claimed_at = %s WHERE id = %s AND status = ANY(%s) "
+            f"AND (claimed_at IS NULL OR claimed_at < %s) {rowsql.returning(Task)}")
+
+
+async def _lease(task_id: int) -> Task | str:
+    """Claim an async task with a lease, in one statement on the loop. Workers ack late, so a worker killed
+    mid-task gets its message redelivered: while the lease runs a redelivery does nothing; after it the task is
+    resumed, unless the lost run had already called a non-idempotent capability (which may have run): that task
+    fails, never runs twice. Returns the task to run, or its status when there is nothing to run."""
     now = timezone.now()
-    lease = timedelta(seconds=_reach("TASK_LEASE_S"))
-    claimed = (Task.objects.filter(pk=task_id, status__in=(TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING))
-               .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - lease)).update(claimed_at=now))
-    if not claimed:
+    rows = await rowsql.afetch(_lease_sql(), [now, task_id, [TaskStatus.PENDING, TaskStatus.ROUTED, TaskStatus.RUNNING],
+                                              now - timedelta(seconds=_reach("TASK_LEASE_S"))])
+    if not rows:
         return "claimed or settled"
-    row = Task.objects.get(pk=task_id)
-    if row.status == TaskStatus.PENDING:
-        return row
-    timeline = Timeline(row)  # a run was lost with its worker
+    row = rowsql.instance(Task, rows[0])
+    return row if row.status == TaskStatus.PENDING else await engine.db(_resume_lost, row)
+
+
+def _resume_lost(row: Task) -> Task | str:
+    """A leased task whose earlier run was lost with its worker: failed if that run may have called a
+    non-idempotent capability, else run again."""
+    timeline = Timeline(row)
     if (row.options or {}).get("non_idempotent_started"):
         timeline.move(TaskStatus.FAILED, error="worker_lost")
         row.error = {"code": "worker_lost", "message": "the worker was lost during a call to a non-idempotent "
@@ -299,7 +308,7 @@ def _lease(task_id: int):
 
 async def run_queued(task_id: int) -> str:
     """Carry out an async task in a worker: the same path as a sync invoke."""
-    row = await engine.db(_lease, task_id)
+    row = await _lease(task_id)
     if isinstance(row, str):
         return row
     try:

@@ -75,6 +75,21 @@ def update_values(model: type[models.Model], obj, names) -> tuple[str, list]:
     return sql, [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
 
 
+@cache
+def returning(model: type[models.Model]) -> str:
+    """``RETURNING`` every concrete column of ``model``, in the order ``instance`` reads them."""
+    return "RETURNING " + ", ".join(connection.ops.quote_name(str(f.column)) for f in model._meta.concrete_fields)
+
+
+def instance(model: type[models.Model], values: tuple):
+    """A model instance from a row of ``returning(model)``, as a query would have loaded it (a JSON column, text on
+    the loop's connections, parsed by its field)."""
+    fields = model._meta.concrete_fields
+    converted = [json.loads(v, cls=f.decoder) if isinstance(v, str) and isinstance(f, models.JSONField) else v
+                 for f, v in zip(fields, values, strict=True)]
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
 def _prepare() -> bool | None:
     return True if settings.REACH["DB_PREPARE"] else None
 

@@ -1,7 +1,8 @@
 """Async drain: N async invokes with a callback_url, against the example order agent answering after
---latency-ms, carried out by one worker node (--worker-processes Celery worker processes, reach_platform.serving.worker_command).
+--latency-ms, carried out by one worker node (--worker-processes Celery worker processes, reach_platform.serving.worker_command;
+by default one per core, as the README's *Serving* runs them).
 
-python bench/async_drain.py [--tasks 2000] [--latency-ms 2000] [--worker-concurrency 500] [--worker-processes 1]
+python bench/async_drain.py [--tasks 2000] [--latency-ms 2000] [--worker-concurrency 1000] [--worker-processes N]
 
 Measures the time from the first submit to the last callback received by a local receiver, tasks lost (no
 callback within --wait seconds), duplicate executions (the agent's own count) and duplicate callbacks, and the
@@ -48,9 +49,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--latency-ms", type=int, default=2000)
-    parser.add_argument("--worker-concurrency", type=int, default=500)
-    parser.add_argument("--worker-processes", type=int, default=int(os.environ.get("WORKER_PROCESSES", "1")),
-                        help="Celery worker processes on the node (one per core is how web workers run)")
+    parser.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("WORKER_CONCURRENCY", "1000")))
+    parser.add_argument("--worker-processes", type=int,
+                        default=int(os.environ.get("WORKER_PROCESSES", str(os.cpu_count() or 1))),
+                        help="Celery worker processes on the node (default one per core)")
     parser.add_argument("--submitters", type=int, default=64)
     parser.add_argument("--wait", type=float, default=120)
     parser.add_argument("--port", type=int, default=8768)

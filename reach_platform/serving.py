@@ -20,7 +20,8 @@ def web_command(host: str, port: int | str, *, workers: int | None = None) -> li
 
 def worker_command(*, concurrency: int | None = None, extra: list[str] | None = None) -> list[str]:
     """A Celery worker: a thread pool whose threads each wait on one task running on the process's engine loop
-    (acks late), so a worker holds ``concurrency`` async calls in flight (default 500)."""
-    concurrency = concurrency or int(os.environ.get("WORKER_CONCURRENCY", "500"))
+    (acks late), so a worker holds ``concurrency`` async calls in flight (default 1,000: on 2 cores, 500 capped the
+    calls in flight of bench/async_drain.py). Run one per core, as the web tier runs one process per core."""
+    concurrency = concurrency or int(os.environ.get("WORKER_CONCURRENCY", "1000"))
     return [sys.executable, "-m", "celery", "-A", "reach_platform", "worker", "-l", "warning", "--pool", "threads",
             "--concurrency", str(concurrency), *(extra or [])]

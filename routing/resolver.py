@@ -247,12 +247,12 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         return resolution
     calibration = snap.calibration
     # The ranking signal: the head's logits when fitted and covering every candidate, else the cosines.
-    ranking = sims
+    ranking, words = sims, None
     if snap.head is not None and calibration.mode == "head" and all(v in snap.head_rows for v in ids):
         rows = [snap.head_rows[v] for v in ids]
-        ranking = snap.head.logits(rows, query, text)
+        words = snap.head.words(text)  # the request's tf-idf row, once for the logits and the reasons
+        ranking = snap.head.logits(rows, query, words)
     signal = "head logit" if ranking is not sims else "cosine"
-    head_row = {vid: snap.head_rows[vid] for vid in ids} if ranking is not sims else {}
     fam = families(top_vectors)
     margins = family_margins(ranking, top_vectors)
     # the best few by the ranking signal are scored in full (their example and negative-case vectors are read)
@@ -308,8 +308,8 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
             "confidence": info.confidence_weight, "health": health, "capacity_penalty": capacity_penalty,
             "cost_penalty": cost_penalty},
             _reasons(snap, ids, i, sims, ex, margins, ranking, fam, signal, grams, float(probability[i]),
-                     calibration, bucket, snap.head.word_evidence(head_row[info.id], text)
-                     if info.id in head_row and snap.head is not None else []) + reasons
+                     calibration, bucket, snap.head.word_evidence(snap.head_rows[info.id], words)
+                     if ranking is not sims and snap.head is not None else []) + reasons
             + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
     candidates.sort(key=lambda c: c.score, reverse=True)
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions

@@ -61,15 +61,15 @@ def test_the_head_tells_apart_what_only_the_words_tell_apart():
     assert plain.L is None and head.L is not None
 
     def right(h):
-        return sum(int(np.argmax(h.logits(rows, q, f"please w{c} w0 now")) == c)
+        return sum(int(np.argmax(h.logits(rows, q, h.words(f"please w{c} w0 now"))) == c)
                    for c in range(len(examples)) for q in fresh[c][:3])
 
     # on the vector alone many go to the twin; with the words nearly none do
     assert right(head) >= 0.9 * 3 * len(examples)
     assert right(plain) < 0.7 * 3 * len(examples)
     # and the reasons can name the word that carried it
-    assert "w5" in [w for w, _ in head.word_evidence(5, "please w5 w0 now")]
-    assert plain.word_evidence(5, "please w5 w0 now") == []
+    assert "w5" in [w for w, _ in head.word_evidence(5, head.words("please w5 w0 now"))]
+    assert plain.word_evidence(5, plain.words("please w5 w0 now")) == []
 
 
 def test_the_calibration_scores_its_cases_with_the_same_lexical_head():
@@ -88,14 +88,14 @@ def test_the_stored_head_gives_the_same_logits():
     again = cal.Head.from_bytes(head.to_bytes())
     rows = [0, 3, 5]
     q = examples[3][0]
-    np.testing.assert_allclose(again.logits(rows, q, "please w3 w1 now"), head.logits(rows, q, "please w3 w1 now"),
+    np.testing.assert_allclose(again.logits(rows, q, again.words("please w3 w1 now")), head.logits(rows, q, head.words("please w3 w1 now")),
                                rtol=1e-5, atol=1e-5)
     assert list(again.version_ids) == [100 + c for c in range(len(examples))]
     # a head stored by an older release (no lexical block) still loads and ranks on the vector alone
     plain = cal.Head(version_ids=head.version_ids, W=head.W, b=head.b)
     old = cal.Head.from_bytes(plain.to_bytes())
     assert old.L is None
-    np.testing.assert_allclose(old.logits(rows, q, "please w3 w1 now"), plain.logits(rows, q), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(old.logits(rows, q, old.words("please w3 w1 now")), plain.logits(rows, q), rtol=1e-5, atol=1e-5)
 
 
 def test_above_the_cost_bound_the_head_keeps_the_descriptions_but_not_the_words():

@@ -86,7 +86,8 @@ def embed_query(text: str) -> np.ndarray:
     if hit is not None:
         _EMBED_CACHE.move_to_end(key)
         return hit
-    rkey = f"reach:emb:{key[0]}:{key[1]}"
+    # the embedder's revision: a release that changes its numbers does not read vectors cached by the one before
+    rkey = f"reach:emb:{key[0]}:{getattr(embedder, 'revision', 1)}:{key[1]}"
     raw = None
     try:
         raw = snapshot.redis_client().get(rkey)

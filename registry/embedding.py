@@ -352,6 +352,13 @@ def embedder_name(spec: str | None = None) -> str:
     return _sentence_transformers_name(model) if kind == "sentence-transformers" else kind
 
 
+def embedder_tag(embedder: Embedder) -> str:
+    """What a version's ``embedded_with`` records: the embedder's name and, past its first, the revision of its
+    numbers (``reach_reembed --missing`` rebuilds the versions embedded by an older one)."""
+    revision = int(getattr(embedder, "revision", 1))
+    return embedder.name if revision == 1 else f"{embedder.name} r{revision}"
+
+
 @functools.cache
 def _embedder_for(spec: str) -> Embedder:
     return build_embedder(spec)

@@ -6,7 +6,7 @@ import numpy as np
 from django.db import transaction
 
 from registry.choices import VectorKind
-from registry.embedding import Embedder, get_embedder, normalize_text
+from registry.embedding import Embedder, embedder_tag, get_embedder, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import ensure_hnsw_index
 
@@ -55,6 +55,6 @@ def capability_versions_embed(*, versions: list[CapabilityVersion], embedder: Em
             ids = [version.pk for version in part]
             CapabilityVector.objects.filter(version_id__in=ids, embedder=embedder.name).delete()
             CapabilityVector.objects.bulk_create(rows, batch_size=1000)
-            CapabilityVersion.objects.filter(pk__in=ids).update(embedded_with=embedder.name)
+            CapabilityVersion.objects.filter(pk__in=ids).update(embedded_with=embedder_tag(embedder))
         written += len(rows)
     return written

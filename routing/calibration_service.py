@@ -8,6 +8,7 @@ from django.conf import settings
 from registry.choices import VectorKind, VersionState
 from registry.embedding import embedder_name, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
+from registry.vectors import embedding_bytes, vector_from_bytes
 from routing.calibration import (
     HEAD_MAX_CAPABILITIES,
     LEXICAL_MAX_CAPABILITIES,
@@ -29,9 +30,9 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE, kind__in=kinds)
     # ordered: the cross-fitting folds follow each example's position, so the fit is reproducible
     ordered = rows.order_by("version_id", "kind", "position")
-    for vid, kind, emb, text in ordered.values_list("version_id", "kind", "embedding", "text").iterator(
+    for vid, kind, raw, text in ordered.values_list("version_id", "kind", embedding_bytes(), "text").iterator(
             chunk_size=5000):
-        texts[kind].setdefault(vid, []).append(emb)
+        texts[kind].setdefault(vid, []).append(vector_from_bytes(raw))
         words[kind].setdefault(vid, []).append(normalize_text(text))
     ids = sorted(texts[VectorKind.EXAMPLE])
     keywords = {vid: {k.lower() for k in (kw or []) + (tags or [])} for vid, kw, tags in

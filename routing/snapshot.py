@@ -21,7 +21,7 @@ from django.conf import settings
 from registry.choices import ROUTABLE_LIVENESS, VectorKind, VersionState
 from registry.generation import GENERATION_KEY, bump_generation, redis_client  # noqa: F401
 from registry.models import CapabilityVector, CapabilityVersion, Instance
-from registry.vectors import VectorCache
+from registry.vectors import VectorCache, embedding_bytes, vector_from_bytes
 
 if TYPE_CHECKING:
     from routing.calibration import Calibration, Head
@@ -168,10 +168,10 @@ def _centroid_matrix(version_ids: list[int], embedder: str) -> tuple[np.ndarray,
     missing = [vid for vid in version_ids if (vid, embedder) not in _centroids]
     for start in range(0, len(missing), 2000):
         chunk = missing[start:start + 2000]
-        for vid, emb in CapabilityVector.objects.filter(version_id__in=chunk, embedder=embedder,
+        for vid, raw in CapabilityVector.objects.filter(version_id__in=chunk, embedder=embedder,
                                                          kind=VectorKind.CENTROID).values_list("version_id",
-                                                                                               "embedding"):
-            _centroids[(vid, embedder)] = np.asarray(emb, dtype=np.float32)
+                                                                                               embedding_bytes()):
+            _centroids[(vid, embedder)] = vector_from_bytes(raw)
     have = [vid for vid in version_ids if (vid, embedder) in _centroids]
     if not have:
         return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)

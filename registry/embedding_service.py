@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 
 from registry.choices import VectorKind
 from registry.embedding import Embedder, embedder_tag, get_embedder, normalize_text
@@ -39,22 +41,35 @@ def capability_versions_embed(*, versions: list[CapabilityVersion], embedder: Em
         texts = {version.pk: version_texts(version) for version in part}
         distinct = list(dict.fromkeys(normalize_text(t) for rows in texts.values() for _, _, t in rows))
         vectors = dict(zip(distinct, embedder.encode(distinct), strict=True)) if distinct else {}
-        rows = []
+        rows: list[tuple[int, str, int, str, np.ndarray]] = []  # version, kind, position, text, vector
         for version in part:
             matrix = [vectors[normalize_text(t)] for _, _, t in texts[version.pk]]
-            rows += [CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim, kind=kind,
-                                      position=pos, text=text, embedding=matrix[i])
-                     for i, (kind, pos, text) in enumerate(texts[version.pk])]
+            rows += [(version.pk, kind, pos, text, matrix[i]) for i, (kind, pos, text) in enumerate(texts[version.pk])]
             examples = [matrix[i] for i, (kind, _, _) in enumerate(texts[version.pk]) if kind == VectorKind.EXAMPLE]
             if examples:
                 centroid = np.mean(examples, axis=0)
                 centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
-                rows.append(CapabilityVector(version=version, embedder=embedder.name, dim=embedder.dim,
-                                             kind=VectorKind.CENTROID, position=0, text="", embedding=centroid))
+                rows.append((version.pk, VectorKind.CENTROID, 0, "", centroid))
         with transaction.atomic():
             ids = [version.pk for version in part]
             CapabilityVector.objects.filter(version_id__in=ids, embedder=embedder.name).delete()
-            CapabilityVector.objects.bulk_create(rows, batch_size=1000)
+            _copy_vectors(rows, embedder)
             CapabilityVersion.objects.filter(pk__in=ids).update(embedded_with=embedder_tag(embedder))
         written += len(rows)
     return written
+
+
+def _copy_vectors(rows: list[tuple[int, str, int, str, np.ndarray]], embedder: Embedder) -> None:
+    """Write vector rows with one binary COPY: each vector goes as pgvector's binary form (``vector_send``'s: two
+    16-bit words, then big-endian float4s), which PostgreSQL reads as is. ``bulk_create`` formatted every number
+    as text in Python (0.65 ms for one 896-number vector) and the server parsed it back: a third of an import's
+    embedding step."""
+    header = struct.pack(">HH", embedder.dim, 0)
+    with connection.cursor() as cursor, cursor.cursor.copy(
+            "COPY registry_capabilityvector (version_id, embedder, dim, kind, position, text, embedding) "
+            "FROM STDIN (FORMAT BINARY)") as copy:
+        # bytea for the vector: binary COPY sends a field's bytes as they are, and the column reads them
+        copy.set_types(["int8", "varchar", "int4", "varchar", "int4", "text", "bytea"])
+        for version_id, kind, position, text, vector in rows:
+            copy.write_row((version_id, embedder.name, embedder.dim, str(kind), position, text,
+                            header + np.asarray(vector, dtype=">f4").tobytes()))

@@ -262,29 +262,34 @@ def capability_groups(centroids: np.ndarray, fam: np.ndarray, scheme: str, seed:
     centroids (about 10 capabilities each), whole clusters to the round with the fewest capabilities so far;
     "random": families dealt at random."""
     comp = _components(fam)
-    roots = np.unique(comp)
-    group = np.empty(len(centroids), dtype=int)
+    roots, of_root = np.unique(comp, return_inverse=True)  # capability -> position of its family's root in roots
+    round_of = np.empty(len(roots), dtype=int)  # per root (whole families go together), spread below
     if scheme == "random" or len(roots) <= ROUNDS:
+        position = {int(root): i for i, root in enumerate(roots)}
         order = random.Random(seed).sample(list(roots), len(roots))
         for r, root in enumerate(order):
-            group[comp == root] = r % ROUNDS
-        return group
+            round_of[position[int(root)]] = r % ROUNDS
+        return round_of[of_root]
     from scipy.cluster.hierarchy import fcluster, linkage
     from scipy.spatial.distance import squareform
 
-    reps = _unit(np.stack([centroids[comp == root].mean(0) for root in roots]))
+    # each family's mean centroid through one sparse product (a mask per family: 10^8 comparisons at 10,000)
+    members = sparse.csr_matrix((np.ones(len(comp)), (of_root, np.arange(len(comp)))), shape=(len(roots), len(comp)))
+    sizes = np.bincount(of_root, minlength=len(roots))
+    reps = _unit((members @ centroids) / sizes[:, None])
     # cosine distances of unit vectors through one matrix product (scipy's pdist loops: ~2 min at 10,000)
     distances = np.clip(1.0 - reps.astype(np.float64) @ reps.T.astype(np.float64), 0.0, 2.0)
     np.fill_diagonal(distances, 0.0)
     labels = fcluster(linkage(squareform(distances, checks=False), "average"),
                       t=max(ROUNDS, len(roots) // 10), criterion="maxclust")
+    clusters = np.bincount(labels)  # families per cluster label
     load = np.zeros(ROUNDS)
-    for cluster in sorted(set(labels), key=lambda c: (-(labels == c).sum(), c)):
+    for cluster in sorted(set(labels), key=lambda c: (-clusters[c], c)):
         r = int(load.argmin())
-        for root in roots[labels == cluster]:
-            group[comp == root] = r
-            load[r] += int((comp == root).sum())
-    return group
+        inside = labels == cluster
+        round_of[inside] = r
+        load[r] += int(sizes[inside].sum())
+    return round_of[of_root]
 
 
 def top_features(ranking: np.ndarray, cos: np.ndarray, fam: np.ndarray, best_example: np.ndarray | None = None,
@@ -318,10 +323,14 @@ class _Ranker:
         else:
             order = np.argsort(y, kind="stable")
             self.X, self.y = X[order], y[order]
-        # grouped by class: each class's examples are rows starts[i]:ends[i]; sums per class are one reduceat
+        # grouped by class: each class's examples are rows starts[i]:ends[i]
         self.starts = np.searchsorted(self.y, self.classes)
         self.ends = np.searchsorted(self.y, self.classes, side="right")
-        self.centroids = _unit(np.add.reduceat(self.X, self.starts, axis=0).astype(np.float64))
+        # (np.add.reduceat along the rows took 0.65 s a round at 10,000 capabilities; a sparse product, 0.05 s)
+        members = sparse.csr_matrix((np.ones(len(self.y)), (np.searchsorted(self.classes, self.y),
+                                                            np.arange(len(self.y)))),
+                                    shape=(len(self.classes), len(self.y)))
+        self.centroids = _unit(np.asarray(members @ self.X, dtype=np.float64))
         self.fam = families(self.centroids) if fam is None else fam[np.ix_(self.classes, self.classes)]
         self.W = self.b = self.lexicon = self.L = None
         if head and len(self.classes) >= 2:

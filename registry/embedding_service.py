@@ -64,12 +64,11 @@ def _copy_vectors(rows: list[tuple[int, str, int, str, np.ndarray]], embedder: E
     16-bit words, then big-endian float4s), which PostgreSQL reads as is. ``bulk_create`` formatted every number
     as text in Python (0.65 ms for one 896-number vector) and the server parsed it back: a third of an import's
     embedding step."""
-    header = struct.pack(">HH", embedder.dim, 0)
     with connection.cursor() as cursor, cursor.cursor.copy(
             "COPY registry_capabilityvector (version_id, embedder, dim, kind, position, text, embedding) "
             "FROM STDIN (FORMAT BINARY)") as copy:
         # bytea for the vector: binary COPY sends a field's bytes as they are, and the column reads them
         copy.set_types(["int8", "varchar", "int4", "varchar", "int4", "text", "bytea"])
         for version_id, kind, position, text, vector in rows:
-            copy.write_row((version_id, embedder.name, embedder.dim, str(kind), position, text,
-                            header + np.asarray(vector, dtype=">f4").tobytes()))
+            copy.write_row((version_id, embedder.name, len(vector), str(kind), position, text,
+                            struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.core.management.base import BaseCommand
 from django.db.models import Q
 from tqdm import tqdm
@@ -30,7 +32,10 @@ class Command(BaseCommand):
         if missing:
             keep_others = True
             current = CapabilityVector.objects.filter(embedder=emb.name, kind="centroid").values("version_id")
-            qs = qs.filter(~Q(pk__in=current) | ~Q(embedded_with=embedder_tag(emb)))
+            # outdated: embedded by another revision of this embedder (embedded_with names only the last embedder, so
+            # a version last embedded by another one is not outdated for this one while its vectors are there)
+            older = Q(embedded_with__regex=rf"^{re.escape(emb.name)}( r[0-9]+)?$") & ~Q(embedded_with=embedder_tag(emb))
+            qs = qs.filter(~Q(pk__in=current) | older)
         versions = list(qs)
         if missing and not versions:
             self.stdout.write("Every ACTIVE version has its vectors.")

@@ -7,6 +7,8 @@ the same expression so the planner can take the index.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from django.db import connection
 from django.db.models import BinaryField, F, Func
@@ -45,8 +47,14 @@ def embedding_bytes() -> Func:
 
 
 def vector_from_bytes(raw: bytes | memoryview) -> np.ndarray:
-    """A vector from ``vector_send``'s bytes: two 16-bit words (the dimension, unused), then big-endian float4s."""
+    """A vector from pgvector's binary form (``vector_send``): two 16-bit words (the dimension, unused), then
+    big-endian float4s."""
     return np.frombuffer(raw, dtype=">f4", offset=4).astype(np.float32)
+
+
+def vector_to_bytes(vector: np.ndarray) -> bytes:
+    """A vector in pgvector's binary form, as a binary COPY sends it (``vector_from_bytes`` reads it back)."""
+    return struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
 
 
 class VectorCache:

@@ -296,6 +296,19 @@ async def pg():
     return await entry.pg
 
 
+# psycopg's prepare_threshold for connections that run hand-written prepared statements (routing.rowsql): Django
+# connects with None, which disables prepared statements altogether -- psycopg then ignores execute(prepare=True),
+# and every invoke had PostgreSQL parse and plan its two statements anew. This large threshold prepares what asks
+# for it and never anything else automatically; None where REACH_DB_PREPARE is off (e.g. behind a pooler).
+PREPARE_EXPLICIT_ONLY = 2**31 - 1
+
+
+def prepare_threshold() -> int | None:
+    from django.conf import settings
+
+    return PREPARE_EXPLICIT_ONLY if settings.REACH["DB_PREPARE"] else None
+
+
 async def _open_pg():
     from django.conf import settings
     from django.db import connection
@@ -303,6 +316,7 @@ async def _open_pg():
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
+    params["prepare_threshold"] = prepare_threshold()
     pool = AsyncConnectionPool(kwargs={**params, "autocommit": True}, min_size=1,
                                max_size=max(1, int(settings.REACH["DB_LOOP_CONNECTIONS"])), open=False,
                                name="reach-loop")

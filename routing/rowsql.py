@@ -99,7 +99,10 @@ def fetch(sql: str, params: list) -> list[tuple]:
     planned once per connection and statement text, unless ``REACH_DB_PREPARE`` is off), and return its rows.
     Errors come as Django's (an ``IntegrityError`` stays one). Outside a transaction the statement is its own."""
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    raw = connection.connection
+    if raw.prepare_threshold is None:  # as Django connects: prepare=True would be ignored (engine.prepare_threshold)
+        raw.prepare_threshold = engine.prepare_threshold()
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(sql, params, prepare=_prepare())
         return cursor.fetchall() if cursor.description is not None else []
 

@@ -139,6 +139,10 @@ def http_sink(on_body: Callable[[bytes], None] | None = None):
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
+        except asyncio.CancelledError:
+            # the sink closed at the end of a run with callers' connections open: the handler ends there (on
+            # Python 3.11 asyncio's stream callback logged the cancelled task's CancelledError as an error)
+            pass
         finally:
             writer.close()
 

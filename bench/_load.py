@@ -137,11 +137,9 @@ def http_sink(on_body: Callable[[bytes], None] | None = None):
                     on_body(body)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
                 await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            # the sink closed at the end of a run with callers' connections open: the handler ends there (on
-            # Python 3.11 asyncio's stream callback logged the cancelled task's CancelledError as an error)
+        # CancelledError: the sink closed at the end of a run with callers' connections open, and the handler ends
+        # there (on Python 3.11 asyncio's stream callback logged the cancelled task's error otherwise)
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
             pass
         finally:
             writer.close()

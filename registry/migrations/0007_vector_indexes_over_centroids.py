@@ -3,7 +3,7 @@ from django.db import migrations
 
 def centroid_indexes(apps, schema_editor):
     """Rebuild every HNSW index over the centroids alone (see registry.vectors): the nearest-capability search is
-    over centroids, and an index over every text row made a 10,000-capability import spend 190 s inserting into it.
+    over centroids, and an index over every text row cost a 10,000-capability import 171 s.
     Where this server's pgvector cannot run HNSW there are none (0004), and none are made."""
     from registry.vectors import KNOWN_DIMS, create_hnsw_index_sql, pgvector_compute_enabled
 

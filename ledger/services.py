@@ -111,6 +111,7 @@ class BudgetState:
 
 
 _budgets_cache: dict[tuple[str, object], tuple[float, Budget | None]] = {}
+_BUDGET_CACHE_S = 10
 
 
 def _budget(kind: str, ident) -> Budget | None:
@@ -118,11 +119,25 @@ def _budget(kind: str, ident) -> Budget | None:
     import time
 
     hit = _budgets_cache.get((kind, ident))
-    if hit and time.monotonic() - hit[0] < 10:
+    if hit and time.monotonic() - hit[0] < _BUDGET_CACHE_S:
         return hit[1]
     row = Budget.objects.filter(**({"team__slug": ident} if kind == "team" else {"caller_id": ident})).first()
     _budgets_cache[(kind, ident)] = (time.monotonic(), row)
     return row
+
+
+def budgets_known_absent(*, caller_id, team_slugs: list[str]) -> bool:
+    """Whether this process knows, without I/O, that neither the caller nor any of the teams has a budget (every
+    scope's cache entry fresh and empty): ``budget_check`` would pass with no warning."""
+    import time
+
+    now = time.monotonic()
+    scopes = ([("caller", caller_id)] if caller_id else []) + [("team", slug) for slug in team_slugs]
+    for scope in scopes:
+        hit = _budgets_cache.get(scope)
+        if hit is None or hit[1] is not None or now - hit[0] >= _BUDGET_CACHE_S:
+            return False
+    return True
 
 
 def budget_check(*, caller_id, team_slugs: list[str], now: datetime | None = None) -> list[str]:

@@ -12,6 +12,8 @@ the resolver, the admin and the tests); the rules are the same, in Lua so that e
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -86,8 +88,9 @@ return 'closed'
 """
 
 _ACQUIRE_CALLER = """
--- KEYS: in-flight count, token bucket, routing snapshot generation (read back with the answer: one round trip
--- fewer for the resolve that follows); ARGV: max concurrency, in-flight ttl, now, rate, burst
+-- KEYS: in-flight count, token bucket, routing snapshot generation, then the breaker 'open' keys of the instances
+-- the request will likely go to (generation and breakers are read back with the answer: the resolve that follows
+-- needs no round trip of its own); ARGV: max concurrency, in-flight ttl, now, rate, burst
 local generation = redis.call('GET', KEYS[3]) or ''
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return {0, 'concurrency', '0', generation} end
@@ -101,7 +104,9 @@ redis.call('HSET', KEYS[2], 'tokens', tokens - 1, 'ts', now)
 redis.call('EXPIRE', KEYS[2], math.ceil(burst / rate) + 5)
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-return {1, 'ok', '0', generation}
+local answer = {1, 'ok', '0', generation}
+for k = 4, #KEYS do answer[#answer + 1] = redis.call('EXISTS', KEYS[k]) end
+return answer
 """
 
 _RELEASE = "if redis.call('DECR', KEYS[1]) < 0 then redis.call('SET', KEYS[1], 0) end return 1"
@@ -169,21 +174,38 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def caller_acquire(caller_id) -> tuple[str, float, str]:
-    """Take a slot of the caller's concurrency quota and a token of its rate quota: ('ok', 0, generation), or
-    the quota refused ('concurrency' | 'rate') with the seconds to wait. ``generation`` is the routing
-    snapshot's (``routing.snapshot``), read in the same round trip."""
+@dataclass
+class CallerAdmission:
+    """What ``caller_acquire`` answered: ``refused`` is '' when the quotas let the request in, else the quota
+    that refused it ('concurrency' | 'rate') with ``wait`` the seconds to wait. ``generation`` is the routing
+    snapshot's (``routing.snapshot``); ``open_instances`` are those of the instances asked about whose breaker
+    is OPEN (None when the quotas refused, or none were asked about)."""
+
+    refused: str
+    wait: float
+    generation: str
+    open_instances: set[int] | None = None
+
+
+async def caller_acquire(caller_id, *, instance_ids: Sequence[int] = ()) -> CallerAdmission:
+    """Take a slot of the caller's concurrency quota and a token of its rate quota, and read, in the same round
+    trip, the routing snapshot's generation and whether the breaker of each of ``instance_ids`` is open."""
     from routing.snapshot import GENERATION_KEY
 
     key = f"caller:{caller_id}"
     rate = float(_cfg("CALLER_MAX_QPS"))
     answer = await _script("caller", _ACQUIRE_CALLER)(
-        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}", GENERATION_KEY],
+        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}", GENERATION_KEY,
+              *[_breaker_keys(i)[0] for i in instance_ids]],
         args=[int(_cfg("CALLER_MAX_CONCURRENCY")), INFLIGHT_TTL_S, time.time(), rate, max(1.0, rate)])
     reason, generation = _text(answer[1]), _text(answer[3])
     if reason == "rate":
-        return reason, float(answer[2]), generation
-    return reason, 1.0 if reason == "concurrency" else 0.0, generation
+        return CallerAdmission(reason, float(answer[2]), generation)
+    if reason == "concurrency":
+        return CallerAdmission(reason, 1.0, generation)
+    flags = answer[4:]
+    return CallerAdmission("", 0.0, generation, {i for i, flag in zip(instance_ids, flags, strict=True) if int(flag)}
+                           if instance_ids else None)
 
 
 async def caller_release(caller_id, *, after=None, release: bool = True) -> None:

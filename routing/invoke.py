@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger.services import Price, budget_check, cost_entry_for
+from ledger.services import Price, budget_check, budgets_known_absent, cost_entry_for
 from reach_platform import engine, tracing
 from reach_platform.errors import (
     ApplicationError,
@@ -42,6 +42,7 @@ from routing import admission, gateway, lifecycle, resolver, rowsql, snapshot, w
 from routing.callbacks import check_callback_url
 from routing.choices import Decision, ReviewReason, TaskStatus
 from routing.models import AgentSession, Attempt, Task, TaskEvent
+from routing.resolver import Resolution
 from routing.transitions import Deferred, Timeline
 
 logger = logging.getLogger(__name__)
@@ -329,31 +330,61 @@ class Plan:
     session: AgentSession | None = None
 
 
-async def _admit_caller(caller_id) -> str:
-    """Take the caller's quotas; returns the routing snapshot's generation (read in the same round trip)."""
-    refused, wait, generation = await admission.caller_acquire(caller_id)
-    if refused == "ok":
-        return generation
+async def _admit_caller(caller_id, instance_ids=()) -> admission.CallerAdmission:
+    """Take the caller's quotas; the answer carries the routing snapshot's generation and the open breakers among
+    ``instance_ids`` (read in the same round trip)."""
+    admitted = await admission.caller_acquire(caller_id, instance_ids=instance_ids)
+    if not admitted.refused:
+        return admitted
     QUOTA_REFUSALS.labels(scope="caller").inc()
-    if refused == "concurrency":
+    if admitted.refused == "concurrency":
         raise TooManyRequests("Too many concurrent requests for this caller.", retry_after=1,
                               code="caller_concurrency")
-    raise TooManyRequests("Request rate over this caller's quota.", retry_after=wait, code="caller_rate")
+    raise TooManyRequests("Request rate over this caller's quota.", retry_after=admitted.wait,
+                          code="caller_rate")
+
+
+def _on_loop_snapshot(row: Task) -> snapshot.Snapshot | None:
+    """The snapshot a sync run naming its capability may be planned with on the loop (``_plan_on_loop``): this
+    process's last one, if it has the capability; whether it is still current, the admission's answer tells."""
+    if row.mode != "sync" or not row.capability_requested or row.user_key:
+        return None
+    snap = snapshot.built()
+    return snap if snap is not None and row.capability_requested in snap.by_capability else None
+
+
+def _plan_on_loop(row: Task, timeline: Timeline, traceparent: str, snap: snapshot.Snapshot,
+                  admitted: admission.CallerAdmission | None) -> Plan | Resolution | None:
+    """The plan of a sync run naming its capability, made on the event loop when that needs no I/O: the snapshot
+    is current and the breakers were read with the admission. Returns the resolution instead when the rest needs
+    the database (a review to open, a budget to read), and None when nothing could be done here."""
+    if admitted is None or admitted.open_instances is None or admitted.generation != snap.generation:
+        return None
+    resolution = _resolution(row, traceparent, lambda: resolver.resolve_named(
+        snap, row.capability_requested, row.payload, admitted.open_instances))
+    if resolution.decision != Decision.EXECUTE or not budgets_known_absent(
+            caller_id=row.caller_id, team_slugs=[c.version.team for c in resolution.candidates]):
+        return resolution
+    return _plan(row, timeline, traceparent, resolution=resolution, budget_known_absent=True)
 
 
 async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None) -> Task:
     timeline = Timeline(row, events=events)
-    generation = None
+    admitted = None
+    snap = _on_loop_snapshot(row)
     try:
         if not quota_held:
-            generation = await _queued(row, lambda: _admit_caller(row.caller_id))
+            admitted = await _queued(row, lambda: _admit_caller(
+                row.caller_id, resolver.named_instances(snap, row.capability_requested) if snap else ()))
     except ApplicationError as exc:
         await engine.db(_refuse, timeline, exc)
         raise
     after = Deferred()  # the Redis commands of the outcome's commit, sent with the quota release
     try:
         try:
-            plan = await engine.db(_plan, row, timeline, traceparent, generation)
+            plan = _plan_on_loop(row, timeline, traceparent, snap, admitted) if snap else None
+            if not isinstance(plan, Plan):
+                plan = await engine.db(_plan, row, timeline, traceparent, admitted and admitted.generation, plan)
         except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
             await engine.db(_refuse, timeline, exc)
             raise
@@ -392,19 +423,25 @@ async def _queued(row: Task, attempt):
             await asyncio.sleep(min(float(exc.retry_after), 1.0) * random.uniform(0.2, 1.0))
 
 
-def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | None = None) -> Plan:
-    """Resolve (in this database thread: embedding a text is CPU work, and the routing snapshot may be reloaded
-    from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run.
-    ``generation``: the routing snapshot's, read with the caller's admission."""
-    options = row.options or {}
+def _resolution(row: Task, traceparent: str, resolve) -> Resolution:
     with RESOLVE_SECONDS.time(), tracing.tracer.start_as_current_span(
             "reach.resolve", context=tracing.parent_context(traceparent),
             attributes={"reach.request_id": row.key}):
-        resolution = resolver.resolve(task=row.task_text or None, capability=row.capability_requested or None,
-                                      payload=row.payload, action=options.get("action"),
-                                      domains=options.get("domains"), top_k=row.top_k,
-                                      cost_preference=options.get("cost_preference") or 0.0,
-                                      generation=generation)
+        return resolve()
+
+
+def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | None = None,
+          resolution: Resolution | None = None, *, budget_known_absent: bool = False) -> Plan:
+    """Resolve (in this database thread: embedding a text is CPU work, and the routing snapshot may be reloaded
+    from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run.
+    ``generation``: the routing snapshot's, read with the caller's admission; ``resolution``: made already
+    (``_plan_on_loop``)."""
+    options = row.options or {}
+    if resolution is None:
+        resolution = _resolution(row, traceparent, lambda: resolver.resolve(
+            task=row.task_text or None, capability=row.capability_requested or None, payload=row.payload,
+            action=options.get("action"), domains=options.get("domains"), top_k=row.top_k,
+            cost_preference=options.get("cost_preference") or 0.0, generation=generation))
     row.decision = resolution.as_dict()
     row.text_hash = resolution.text_hash
     if resolution.decision == Decision.CONFIRM:
@@ -426,7 +463,8 @@ def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | Non
     if resolution.decision == Decision.EXECUTE and not row.capability_requested:
         candidates = candidates[: row.top_k]
     try:
-        warnings = budget_check(caller_id=row.caller_id, team_slugs=[c.team for c in candidates])
+        warnings = [] if budget_known_absent else budget_check(caller_id=row.caller_id,
+                                                               team_slugs=[c.team for c in candidates])
     except PaymentRequired as exc:
         BUDGET_REFUSALS.labels(scope=(exc.details or {}).get("scope", "?")).inc()
         raise

@@ -360,8 +360,20 @@ def _reasons(snap: snapshot.Snapshot, ids: list[int], i: int, sims: np.ndarray, 
     return out
 
 
+def named_instances(snap: snapshot.Snapshot, capability: str) -> list[int]:
+    """The instances a request naming ``capability`` may go to (every ACTIVE version's), per ``snap``."""
+    return [i.id for info in snap.by_capability.get(capability, ()) for i in info.instances]
+
+
+def resolve_named(snap: snapshot.Snapshot, capability: str, payload: dict | None,
+                  open_instances: set[int]) -> Resolution:
+    """``resolve`` of a request naming its capability, with the routing snapshot and the open breakers among
+    ``named_instances`` already read (``routing.admission.caller_acquire``): no I/O, so the event loop runs it."""
+    return _resolve_capability(snap, capability, payload, _RNG, open_instances)
+
+
 def _resolve_capability(snap: snapshot.Snapshot, capability: str, payload: dict | None,
-                        rng: random.Random) -> Resolution:
+                        rng: random.Random, open_instances: set[int] | None = None) -> Resolution:
     versions = snap.by_capability.get(capability)
     if not versions:
         raise NotFound(f"No ACTIVE version of capability '{capability}'.", code="unknown_capability")
@@ -370,7 +382,9 @@ def _resolve_capability(snap: snapshot.Snapshot, capability: str, payload: dict 
     if problems:
         raise InvalidInput(f"The payload does not fit capability '{capability}'.", details=problems,
                            code="invalid_payload")
-    health, reasons = _health(info, breaker.open_instances([i.id for i in info.instances]))
+    if open_instances is None:
+        open_instances = breaker.open_instances([i.id for i in info.instances])
+    health, reasons = _health(info, open_instances)
     cand = Candidate(info, 1.0 if health else 0.0, {"explicit": 1.0, "health": health},
                      ["capability named by the caller"] + reasons)
     decision = Decision.EXECUTE if health else Decision.MANUAL_REVIEW

@@ -110,6 +110,11 @@ def current(generation: str | None = None) -> Snapshot:
         return _snapshot
 
 
+def built() -> Snapshot | None:
+    """The snapshot this process built last (None before its first), without asking Redis whether it is current."""
+    return _snapshot
+
+
 def last() -> Snapshot:
     """The snapshot this process built last, without asking Redis whether it is current: for reads after a resolve
     in the same request (prices of the versions just called, whether one is a canary)."""

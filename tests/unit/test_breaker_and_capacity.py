@@ -99,3 +99,26 @@ def test_backoff_doubles_up_to_the_cap_plus_jitter(reach, attempt):
     samples = [backoff_s(attempt) for _ in range(200)]
     assert all(base <= s <= base + 0.2 for s in samples)
     assert max(samples) - min(samples) > 0.05  # jittered, not fixed
+
+
+def test_the_callers_admission_reads_the_open_breakers_it_is_asked_about(reach, settings):
+    """The sync invoke naming its capability reads its instances' breakers in the caller's admission round trip
+    (no round trip of its own): the answer must be the breaker's own state, open or half-open alike."""
+    from routing import admission
+    from tests.helpers import run_async
+
+    settings.REACH = {**settings.REACH, "CALLER_MAX_CONCURRENCY": 1, "CALLER_MAX_QPS": 1000}
+    tripped, healthy, caller = next(_ids), next(_ids), f"unit-{next(_ids)}"
+    for _ in range(20):
+        breaker.record(tripped, False)
+    assert breaker.state(tripped) == breaker.OPEN
+    admitted = run_async(admission.caller_acquire(caller, instance_ids=[tripped, healthy]))
+    assert admitted.refused == "" and admitted.open_instances == {tripped} and admitted.generation is not None
+    # a second request while the first holds the caller's only slot: refused, and no breaker answer to act on
+    refused = run_async(admission.caller_acquire(caller, instance_ids=[tripped]))
+    assert refused.refused == "concurrency" and refused.open_instances is None
+    run_async(admission.caller_release(caller))
+    redis_client().delete(breaker._keys(tripped)[0])  # the open period is over: half-open lets a probe through
+    assert run_async(admission.caller_acquire(caller, instance_ids=[tripped, healthy])).open_instances == set()
+    assert run_async(admission.caller_acquire(f"unit-{next(_ids)}")).open_instances is None  # none asked about
+    run_async(admission.caller_release(caller))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -176,6 +177,7 @@ class _LoopClients:
     redis: Any  # redis.asyncio.Redis
     agent_session: Any = None  # aiohttp.ClientSession
     pg: asyncio.Task | None = None  # opens the psycopg AsyncConnectionPool (awaited by every user)
+    gate: asyncio.Semaphore | None = None  # the invoke gate's slots (``gate``)
 
     async def close_late_opened(self) -> None:
         if self.agent_session is not None:
@@ -223,6 +225,46 @@ class _Shards:
     async def aclose(self) -> None:
         for client in self.clients:
             await client.aclose()
+
+
+# The invoke gate. A burst of N requests on one loop would otherwise share the CPU in turns: every request takes
+# one step (parse, claim, admission, resolve) while the N-1 others take theirs, so all N reach their agents at the
+# end of the burst, and their answers come back as the same burst one agent latency later. With at most
+# REACH_INVOKE_GATE requests in those steps at once (first come, first served: asyncio's semaphore wakes its
+# waiters in order), the first of a burst reach their agents first, and the answers come back spread out. The gate
+# bounds CPU work only: a request leaves it before it waits on an agent or on another request (``leave_gate``),
+# so the calls in flight are not bounded by it.
+_gate_slot: contextvars.ContextVar[list | None] = contextvars.ContextVar("reach_gate_slot", default=None)
+
+
+@contextlib.asynccontextmanager
+async def gate():
+    """Hold one of the loop's gate slots for the enclosed steps, or the slot this request holds already."""
+    from django.conf import settings
+
+    size = int(settings.REACH["INVOKE_GATE"])
+    if size <= 0 or _gate_slot.get():
+        yield
+        return
+    clients = _clients_here()
+    if clients.gate is None:
+        clients.gate = asyncio.Semaphore(size)
+    await clients.gate.acquire()
+    slot = [clients.gate]
+    token = _gate_slot.set(slot)
+    try:
+        yield
+    finally:
+        if slot:
+            slot.pop().release()
+        _gate_slot.reset(token)
+
+
+def leave_gate() -> None:
+    """Give the request's gate slot back now (it is about to wait on an agent, or on another request)."""
+    slot = _gate_slot.get()
+    if slot:
+        slot.pop().release()
 
 
 def http():

@@ -180,14 +180,16 @@ async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=No
     task is routed, before the agent is called (the MCP door reports it to its client)."""
     on_step = options.pop("on_step", None)
     headers = options.get("headers") or InvokeHeaders()
-    fields = task_fields(caller=caller, payload=payload, **options)
-    row, created = await claim_on_loop(fields)
-    if not created:
-        return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent, answer=answer)
-    if row.mode == "async":
-        return row
-    pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
-    return await run(row, events=[pending], traceparent=headers.traceparent, on_step=on_step)
+    async with engine.gate():  # left before the agent call or the wait on a duplicate's outcome
+        fields = task_fields(caller=caller, payload=payload, **options)
+        row, created = await claim_on_loop(fields)
+        if not created:
+            return await _repeat(row, caller=caller, confirm=confirm, traceparent=headers.traceparent,
+                                 answer=answer)
+        if row.mode == "async":
+            return row
+        pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+        return await run(row, events=[pending], traceparent=headers.traceparent, on_step=on_step)
 
 
 def task_invoke(*, caller, payload: dict, **options) -> Task:
@@ -232,6 +234,7 @@ async def _repeat(row: Task, *, caller, confirm: str | None, traceparent: str, a
                 return await run(answered, traceparent=traceparent, quota_held=True)
         if row.mode != "sync":
             return row
+        engine.leave_gate()
         return await waiting.until_settled(row, timeout=float(_reach("DUPLICATE_WAIT_S")))
     finally:
         await admission.caller_release(row.caller_id)
@@ -394,6 +397,7 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         try:
             if on_step is not None:
                 await on_step(plan.row, plan.candidates[0])
+            engine.leave_gate()
             execution = await _queued(row, lambda: gateway.execute(candidates=plan.candidates, payload=row.payload,
                                                                    ctx=plan.ctx))
         except ApplicationError as exc:  # every capable agent at capacity, nothing called

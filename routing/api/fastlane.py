@@ -122,6 +122,11 @@ async def serve(scope, receive, send) -> None:
     if raw == b"\x00too-large":
         return await _respond(send, 413, error_body(jsonsafe.PayloadTooLarge.code,
                                                "The request body is over the size limit."))
+    async with engine.gate():  # the request's CPU-bound steps, first come first served (invoke leaves it early)
+        await _serve(headers, raw, send)
+
+
+async def _serve(headers: dict, raw: bytes, send) -> None:
     caller = await _caller(headers["authorization"].split(None, 1)[1].strip() if " " in headers["authorization"]
                            else "")
     if caller is None:

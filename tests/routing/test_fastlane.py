@@ -44,3 +44,36 @@ def test_the_lane_refuses_bad_requests_with_json(user, running_agents, gateway_n
         assert response.headers["content-type"] == "application/json"
         if code:
             assert response.json()["error"]["code"] == code
+
+
+def test_the_invoke_gate_bounds_the_cpu_steps_not_the_calls_in_flight(user, running_agents, gateway_nodes):
+    """One gate slot on a one-process node: eight sync invokes of an agent that answers after 1.5 s are all in
+    flight at once (a request leaves the gate before it calls its agent), and repeats of an in-flight request_id
+    hold no slot while they wait for its outcome (the seven other requests get through meanwhile)."""
+    import asyncio
+
+    agents = running_agents(["order-agent"])  # max_concurrency 8
+    agents.set_faults("order-agent", latency_ms=1500)
+    (node,) = gateway_nodes(1, REACH_INVOKE_GATE="1")
+    auth = {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60, headers=auth) as client:
+            def post(request_id):
+                return client.post(f"{node.url}/api/v1/invoke", json={**ORDER, "request_id": request_id})
+
+            first = asyncio.ensure_future(post("gate-0"))
+            await asyncio.sleep(0.5)  # gate-0 is at its agent
+            repeats = [asyncio.ensure_future(post("gate-0")) for _ in range(4)]
+            await asyncio.sleep(0.2)  # the repeats wait on its outcome
+            others = await asyncio.gather(*(post(f"gate-{i}") for i in range(1, 8)))
+            return [await first, *await asyncio.gather(*repeats), *others]
+
+    from tests.helpers import run_async
+
+    responses = run_async(burst())
+    assert [r.status_code for r in responses] == [200] * 12, [r.text for r in responses if r.status_code != 200]
+    assert {r.json()["request_id"] for r in responses[:5]} == {"gate-0"}
+    stats = agents.stats("order-agent")
+    assert stats["max_in_flight"] == 8
+    assert all(stats["executions"][f"gate-{i}"] == 1 for i in range(8))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import logging
 import random
 import time
@@ -187,7 +186,7 @@ async def _call(instance: InstanceInfo, version: VersionInfo, payload: dict, ctx
             return _checked_output(version, status, result, usage) if outcome == AttemptOutcome.SUCCESS \
                 else (outcome, status, result, error, usage)
         status, content = await engine.post_json(
-            instance.url, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+            instance.url, jsonsafe.dumps(body),
             _headers(ctx, version, budget), timeout=timeout, connect_timeout=min(timeout, 2.0))
     except (engine.CallTimeout, httpx.TimeoutException) as exc:  # httpx: the a2a transport's client
         if isinstance(exc, httpx.ConnectTimeout):

@@ -20,7 +20,7 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, models
 
-from reach_platform import engine
+from reach_platform import engine, jsonsafe
 
 
 @cache
@@ -59,7 +59,7 @@ def rows_json(model: type[models.Model], objs, *, add: bool = True) -> str:
         for attname, column, field in _columns(model):
             row[column] = field.pre_save(obj, add) if add else getattr(obj, attname)
         rows.append(row)
-    return json.dumps(rows, default=_plain, ensure_ascii=False, separators=(",", ":"))
+    return jsonsafe.dumps(rows, default=_plain).decode()
 
 
 @cache

@@ -8,7 +8,6 @@ request with the same validation (``InvokeInput``), the same services and the sa
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -92,7 +91,7 @@ def _default(value):
 
 
 async def _respond(send, status: int, body, headers: dict | None = None) -> None:
-    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=_default).encode()
+    raw = jsonsafe.dumps(body, default=_default)
     out = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
     out += [(k.lower().encode(), str(v).encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": out})

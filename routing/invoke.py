@@ -395,9 +395,9 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
             return plan.row
         plan.ctx.after = after
         try:
+            engine.leave_gate()  # before on_step too: it may wait on its client (the MCP door's progress report)
             if on_step is not None:
                 await on_step(plan.row, plan.candidates[0])
-            engine.leave_gate()
             execution = await _queued(row, lambda: gateway.execute(candidates=plan.candidates, payload=row.payload,
                                                                    ctx=plan.ctx))
         except ApplicationError as exc:  # every capable agent at capacity, nothing called

@@ -6,6 +6,7 @@ a budget with one round trip; the database stays the record (``spend_rebuild`` r
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -114,38 +115,37 @@ _budgets_cache: dict[tuple[str, object], tuple[float, Budget | None]] = {}
 _BUDGET_CACHE_S = 10
 
 
+def _fresh(scope: tuple[str, object]) -> tuple[float, Budget | None] | None:
+    """The budget cache's entry for ``scope``, if it is younger than ``_BUDGET_CACHE_S``."""
+    hit = _budgets_cache.get(scope)
+    return hit if hit and time.monotonic() - hit[0] < _BUDGET_CACHE_S else None
+
+
 def _budget(kind: str, ident) -> Budget | None:
     """Budgets change rarely: cached in-process for 10 s (and dropped in the process that saves one)."""
-    import time
-
-    hit = _budgets_cache.get((kind, ident))
-    if hit and time.monotonic() - hit[0] < _BUDGET_CACHE_S:
+    if hit := _fresh((kind, ident)):
         return hit[1]
     row = Budget.objects.filter(**({"team__slug": ident} if kind == "team" else {"caller_id": ident})).first()
     _budgets_cache[(kind, ident)] = (time.monotonic(), row)
     return row
 
 
+def _scopes(caller_id, team_slugs: list[str]) -> list[tuple[str, object]]:
+    """The budget scopes a call answers to: its caller's, and each candidate team's once."""
+    return ([("caller", caller_id)] if caller_id else []) + [("team", slug) for slug in dict.fromkeys(team_slugs)]
+
+
 def budgets_known_absent(*, caller_id, team_slugs: list[str]) -> bool:
     """Whether this process knows, without I/O, that neither the caller nor any of the teams has a budget (every
     scope's cache entry fresh and empty): ``budget_check`` would pass with no warning."""
-    import time
-
-    now = time.monotonic()
-    scopes = ([("caller", caller_id)] if caller_id else []) + [("team", slug) for slug in team_slugs]
-    for scope in scopes:
-        hit = _budgets_cache.get(scope)
-        if hit is None or hit[1] is not None or now - hit[0] >= _BUDGET_CACHE_S:
-            return False
-    return True
+    return all((hit := _fresh(scope)) is not None and hit[1] is None for scope in _scopes(caller_id, team_slugs))
 
 
 def budget_check(*, caller_id, team_slugs: list[str], now: datetime | None = None) -> list[str]:
     """Refuse (402) when the caller's or a candidate team's month-to-date spend has reached its cap. Returns
     warnings for budgets past their warn ratio."""
     now = now or timezone.now()
-    scopes = [("caller", caller_id)] if caller_id else []
-    scopes += [("team", slug) for slug in dict.fromkeys(team_slugs)]
+    scopes = _scopes(caller_id, team_slugs)
     budgets = [(kind, ident, b) for kind, ident in scopes if (b := _budget(kind, ident)) is not None]
     if not budgets:
         return []

@@ -250,13 +250,11 @@ async def gate():
     if clients.gate is None:
         clients.gate = asyncio.Semaphore(size)
     await clients.gate.acquire()
-    slot = [clients.gate]
-    token = _gate_slot.set(slot)
+    token = _gate_slot.set([clients.gate])
     try:
         yield
     finally:
-        if slot:
-            slot.pop().release()
+        leave_gate()  # unless the request left it already
         _gate_slot.reset(token)
 
 

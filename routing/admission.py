@@ -5,17 +5,24 @@ token in its ``max_qps`` bucket, and is it under ``max_concurrency``; if all thr
 in-flight slot. ``settle`` gives the slot back, counts the outcome in the breaker's window (opening it past the
 failure rate, or letting the half-open probe decide) and keeps the latency sample that sets the timeout.
 
+Every command goes with the commands of the process's other requests (``engine.redis_pipelined``): under load,
+many requests' admissions share one round trip.
+
 The keys are the ones ``routing.breaker`` and ``routing.capacity`` read and write (their sync functions serve
 the resolver, the admin and the tests); the rules are the same, in Lua so that each step is one round trip.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
+from redis.exceptions import NoScriptError
 
 from reach_platform import engine
 
@@ -90,7 +97,10 @@ return 'closed'
 _ACQUIRE_CALLER = """
 -- KEYS: in-flight count, token bucket, routing snapshot generation, then the breaker 'open' keys of the instances
 -- the request will likely go to (generation and breakers are read back with the answer: the resolve that follows
--- needs no round trip of its own); ARGV: max concurrency, in-flight ttl, now, rate, burst
+-- needs no round trip of its own), then four keys (breaker open, breaker tripped, token bucket, in-flight count)
+-- of each instance to admit the call to, in the order to try them (``_ADMIT``'s rules, in the same round trip)
+-- ARGV: max concurrency, in-flight ttl, now, rate, burst, how many breaker keys, then rate, burst and max
+-- concurrency of each instance to admit to
 local generation = redis.call('GET', KEYS[3]) or ''
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return {0, 'concurrency', '0', generation} end
@@ -104,8 +114,28 @@ redis.call('HSET', KEYS[2], 'tokens', tokens - 1, 'ts', now)
 redis.call('EXPIRE', KEYS[2], math.ceil(burst / rate) + 5)
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-local answer = {1, 'ok', '0', generation}
-for k = 4, #KEYS do answer[#answer + 1] = redis.call('EXISTS', KEYS[k]) end
+local flags = tonumber(ARGV[6])
+local answer = {1, 'ok', '0', generation, 0}
+for k = 4, 3 + flags do answer[#answer + 1] = redis.call('EXISTS', KEYS[k]) end
+-- the call's instance: the first one whose breaker is closed (a half-open one is left to its probe, see _ADMIT)
+-- with a token in its bucket and a free slot
+local first = 4 + flags
+for j = 0, (#KEYS - first + 1) / 4 - 1 do
+  local key, arg = first + 4 * j, 7 + 3 * j
+  if redis.call('EXISTS', KEYS[key]) == 0 and redis.call('EXISTS', KEYS[key + 1]) == 0 then
+    local irate, iburst = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
+    local idata = redis.call('HMGET', KEYS[key + 2], 'tokens', 'ts')
+    local itokens = math.min(iburst, (tonumber(idata[1]) or iburst) + (now - (tonumber(idata[2]) or now)) * irate)
+    if itokens >= 1 and tonumber(redis.call('GET', KEYS[key + 3]) or '0') < tonumber(ARGV[arg + 2]) then
+      redis.call('HSET', KEYS[key + 2], 'tokens', itokens - 1, 'ts', now)
+      redis.call('EXPIRE', KEYS[key + 2], math.ceil(iburst / irate) + 5)
+      redis.call('INCR', KEYS[key + 3])
+      redis.call('EXPIRE', KEYS[key + 3], tonumber(ARGV[2]))
+      answer[5] = j + 1
+      break
+    end
+  end
+end
 return answer
 """
 
@@ -117,14 +147,21 @@ def _cfg(key: str):
     return settings.REACH[key]
 
 
-def _script(name: str, body: str):
-    client = engine.redis()
-    scripts = getattr(client, "_reach_scripts", None)
-    if scripts is None:
-        scripts = client._reach_scripts = {}
-    if name not in scripts:
-        scripts[name] = client.register_script(body)
-    return scripts[name]
+@functools.cache
+def _sha(body: str) -> str:
+    return hashlib.sha1(body.encode()).hexdigest()  # noqa: S324 - Redis names a script by its SHA-1
+
+
+async def _evaluate(body: str, keys: list, args: list):
+    """Run a script by its SHA with the loop's other requests' commands (``engine.redis_pipelined``); a server
+    that does not have it yet (restarted, flushed) gets the script itself once."""
+    sha = _sha(body)
+    reply, = await engine.redis_pipelined(lambda pipe: pipe.evalsha(sha, len(keys), *keys, *args))
+    if isinstance(reply, NoScriptError):
+        return await engine.redis().eval(body, len(keys), *keys, *args)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def _breaker_keys(instance_id: int) -> tuple[str, str, str]:
@@ -135,13 +172,11 @@ def _breaker_keys(instance_id: int) -> tuple[str, str, str]:
 async def admit(instance) -> tuple[bool, float]:
     """(admitted, seconds to wait before the instance has a token again: 0 when not rate-limited)."""
     open_key, tripped_key, probe_key = _breaker_keys(instance.id)
-    rate = float(instance.max_qps)
-    burst = max(1.0, rate)
-    answer = await _script("admit", _ADMIT)(
-        keys=[open_key, tripped_key, probe_key, f"reach:bucket:instance:{instance.id}",
-              f"reach:inflight:instance:{instance.id}"],
-        args=[time.time(), rate, burst, int(instance.max_concurrency), max(5, int(_cfg("BREAKER_OPEN_S"))),
-              INFLIGHT_TTL_S])
+    rate, burst, concurrency = _instance_limits(instance)
+    answer = await _evaluate(
+        _ADMIT, [open_key, tripped_key, probe_key, f"reach:bucket:instance:{instance.id}",
+                 f"reach:inflight:instance:{instance.id}"],
+        [time.time(), rate, burst, concurrency, max(5, int(_cfg("BREAKER_OPEN_S"))), INFLIGHT_TTL_S])
     if int(answer[0]) == 1:
         return True, 0.0
     reason = answer[1].decode() if isinstance(answer[1], bytes) else answer[1]
@@ -159,7 +194,7 @@ def _settle_args(instance, version_id: int, ok: bool, latency_ms: float | None) 
 async def settle(instance, version_id: int, *, ok: bool, latency_ms: float | None) -> str:
     """Release the slot, count the outcome; returns the breaker state after it."""
     keys, args = _settle_args(instance, version_id, ok, latency_ms)
-    state = await _script("settle", _SETTLE)(keys=keys, args=args)
+    state = await _evaluate(_SETTLE, keys, args)
     return state.decode() if isinstance(state, bytes) else state
 
 
@@ -179,45 +214,70 @@ class CallerAdmission:
     """What ``caller_acquire`` answered: ``refused`` is '' when the quotas let the request in, else the quota
     that refused it ('concurrency' | 'rate') with ``wait`` the seconds to wait. ``generation`` is the routing
     snapshot's (``routing.snapshot``); ``open_instances`` are those of the instances asked about whose breaker
-    is OPEN (None when the quotas refused, or none were asked about)."""
+    is OPEN (None when the quotas refused, or none were asked about); ``instance`` is the instance of those
+    offered whose slot the call took (``release_instance`` gives it back when the call does not go there)."""
 
     refused: str
     wait: float
     generation: str
     open_instances: set[int] | None = None
+    instance: Any = None
 
 
-async def caller_acquire(caller_id, *, instance_ids: Sequence[int] = ()) -> CallerAdmission:
+def _instance_limits(instance) -> tuple[float, float, int]:
+    rate = float(instance.max_qps)
+    return rate, max(1.0, rate), int(instance.max_concurrency)
+
+
+async def caller_acquire(caller_id, *, instance_ids: Sequence[int] = (), admit: Sequence = ()) -> CallerAdmission:
     """Take a slot of the caller's concurrency quota and a token of its rate quota, and read, in the same round
-    trip, the routing snapshot's generation and whether the breaker of each of ``instance_ids`` is open."""
+    trip, the routing snapshot's generation and whether the breaker of each of ``instance_ids`` is open. With
+    ``admit`` (instances, in the order to try them), the call's admission to the first of them that takes it
+    comes in the same round trip too (``admit``'s rules; an instance whose breaker is half-open is skipped: its
+    probe goes through ``admit``)."""
     from routing.snapshot import GENERATION_KEY
 
     key = f"caller:{caller_id}"
     rate = float(_cfg("CALLER_MAX_QPS"))
-    answer = await _script("caller", _ACQUIRE_CALLER)(
-        keys=[f"reach:inflight:{key}", f"reach:bucket:{key}", GENERATION_KEY,
-              *[_breaker_keys(i)[0] for i in instance_ids]],
-        args=[int(_cfg("CALLER_MAX_CONCURRENCY")), INFLIGHT_TTL_S, time.time(), rate, max(1.0, rate)])
+    keys = [f"reach:inflight:{key}", f"reach:bucket:{key}", GENERATION_KEY,
+            *[_breaker_keys(i)[0] for i in instance_ids]]
+    args: list = [int(_cfg("CALLER_MAX_CONCURRENCY")), INFLIGHT_TTL_S, time.time(), rate, max(1.0, rate),
+                  len(instance_ids)]
+    for instance in admit:
+        open_key, tripped_key, _ = _breaker_keys(instance.id)
+        keys += [open_key, tripped_key, f"reach:bucket:instance:{instance.id}",
+                 f"reach:inflight:instance:{instance.id}"]
+        args += _instance_limits(instance)
+    answer = await _evaluate(_ACQUIRE_CALLER, keys, args)
     reason, generation = _text(answer[1]), _text(answer[3])
     if reason == "rate":
         return CallerAdmission(reason, float(answer[2]), generation)
     if reason == "concurrency":
         return CallerAdmission(reason, 1.0, generation)
-    flags = answer[4:]
+    flags, taken = answer[5:], int(answer[4])
     return CallerAdmission("", 0.0, generation, {i for i, flag in zip(instance_ids, flags, strict=True) if int(flag)}
-                           if instance_ids else None)
+                           if instance_ids else None, admit[taken - 1] if taken else None)
+
+
+def release_instance_into(pipe, instance) -> None:
+    """Give back an instance slot that ``caller_acquire`` took for a call that did not go there (added to a
+    pipeline: ``caller_release`` sends it)."""
+    pipe.eval(_RELEASE, 1, f"reach:inflight:instance:{instance.id}")
 
 
 async def caller_release(caller_id, *, after=None, release: bool = True) -> None:
     """Give back the caller's concurrency slot (``release``) and send ``after`` (the Redis commands a committed
-    run left for later, ``routing.transitions.Deferred``) in the same round trip."""
-    pipe = engine.redis().pipeline(transaction=False)
-    if release:  # EVAL, not a registered script: a pipeline would first ask whether the server has it
-        pipe.eval(_RELEASE, 1, f"reach:inflight:caller:{caller_id}")
-    if after is not None:
-        after.add_to(pipe)
-    if len(pipe):
-        await pipe.execute()
+    run left for later, ``routing.transitions.Deferred``) in the same round trip, with the loop's other
+    requests' commands (``engine.redis_pipelined``)."""
+    def add(pipe) -> None:
+        if release:  # EVAL, not EVALSHA: a server that lost the script would fail the release
+            pipe.eval(_RELEASE, 1, f"reach:inflight:caller:{caller_id}")
+        if after is not None:
+            after.add_to(pipe)
+
+    for reply in await engine.redis_pipelined(add):
+        if isinstance(reply, Exception):
+            raise reply
 
 
 async def latency_samples(version_id: int) -> list[float]:

@@ -156,6 +156,9 @@ class CallContext:
     task_pk: int | None = None  # our task's row (A2A push URLs name it: request_ids are unique per caller only)
     mode: str = "sync"  # an async task's A2A call may return at once and be followed by push
     after: Any = None  # the run's routing.transitions.Deferred: a successful call's settlement goes with it
+    # (version id, instance) whose slot the caller's admission took already (routing.invoke.run): the first try
+    # of that version goes there without an admission of its own; None once taken
+    admitted: tuple[int, InstanceInfo] | None = None
 
 
 def _headers(ctx: CallContext, version: VersionInfo, budget: int) -> dict[str, str]:
@@ -245,12 +248,11 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
             continue
         tries = 0
         while True:
-            counts = (await admission.in_flight([i.id for i in version.instances])
-                      if ctx.strategy in LOAD_AWARE else None)
-            order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key, counts)
-            if ctx.sticky_instance_id is not None:
-                order.sort(key=lambda inst: inst.id != ctx.sticky_instance_id)
-            instance, wait = await _admit(order)
+            instance: InstanceInfo | None
+            if ctx.admitted is not None and ctx.admitted[0] == version.id:
+                (_, instance), wait, ctx.admitted = ctx.admitted, 0.0, None
+            else:
+                instance, wait = await _admit(await instance_order(version, ctx))
             if instance is None:
                 busy_wait = wait if busy_wait is None else min(busy_wait, wait)
                 break
@@ -311,6 +313,15 @@ async def execute(*, candidates: list[VersionInfo], payload: dict, ctx: CallCont
         raise TooManyRequests("Every capable agent is at capacity; try again shortly.", retry_after=busy_wait,
                               code="agent_overloaded")
     return execution
+
+
+async def instance_order(version: VersionInfo, ctx: CallContext) -> list[InstanceInfo]:
+    """The instances of ``version`` in the order to try them (the strategy's, the open session's first)."""
+    counts = await admission.in_flight([i.id for i in version.instances]) if ctx.strategy in LOAD_AWARE else None
+    order = STRATEGIES.get(ctx.strategy, pick_weighted_round_robin)(version.instances, ctx.user_key, counts)
+    if ctx.sticky_instance_id is not None:
+        order.sort(key=lambda inst: inst.id != ctx.sticky_instance_id)
+    return order
 
 
 async def _admit(order: list[InstanceInfo]) -> tuple[InstanceInfo | None, float]:

@@ -333,10 +333,11 @@ class Plan:
     session: AgentSession | None = None
 
 
-async def _admit_caller(caller_id, instance_ids=()) -> admission.CallerAdmission:
+async def _admit_caller(caller_id, instance_ids=(), admit=()) -> admission.CallerAdmission:
     """Take the caller's quotas; the answer carries the routing snapshot's generation and the open breakers among
-    ``instance_ids`` (read in the same round trip)."""
-    admitted = await admission.caller_acquire(caller_id, instance_ids=instance_ids)
+    ``instance_ids`` (read in the same round trip), and the call's admission to the first of ``admit`` that
+    takes it."""
+    admitted = await admission.caller_acquire(caller_id, instance_ids=instance_ids, admit=admit)
     if not admitted.refused:
         return admitted
     QUOTA_REFUSALS.labels(scope="caller").inc()
@@ -357,14 +358,15 @@ def _on_loop_snapshot(row: Task) -> snapshot.Snapshot | None:
 
 
 def _plan_on_loop(row: Task, timeline: Timeline, traceparent: str, snap: snapshot.Snapshot,
-                  admitted: admission.CallerAdmission | None) -> Plan | Resolution | None:
+                  admitted: admission.CallerAdmission | None, picked=None) -> Plan | Resolution | None:
     """The plan of a sync run naming its capability, made on the event loop when that needs no I/O: the snapshot
     is current and the breakers were read with the admission. Returns the resolution instead when the rest needs
-    the database (a review to open, a budget to read), and None when nothing could be done here."""
+    the database (a review to open, a budget to read), and None when nothing could be done here. ``picked``: the
+    version ``resolver.pick_named`` picked before the admission."""
     if admitted is None or admitted.open_instances is None or admitted.generation != snap.generation:
         return None
     resolution = _resolution(row, traceparent, lambda: resolver.resolve_named(
-        snap, row.capability_requested, row.payload, admitted.open_instances))
+        snap, row.capability_requested, row.payload, admitted.open_instances, picked))
     if resolution.decision != Decision.EXECUTE or not budgets_known_absent(
             caller_id=row.caller_id, team_slugs=[c.version.team for c in resolution.candidates]):
         return resolution
@@ -375,17 +377,23 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
     timeline = Timeline(row, events=events)
     admitted = None
     snap = _on_loop_snapshot(row)
+    # a request naming its capability: its version and the order of its instances are known before the caller's
+    # admission, so the call's admission to an instance comes in the same round trip
+    picked = resolver.pick_named(snap, row.capability_requested) if snap else None
+    order = gateway.pick_weighted_round_robin(picked.instances) if picked and not quota_held else ()
     try:
         if not quota_held:
             admitted = await _queued(row, lambda: _admit_caller(
-                row.caller_id, resolver.named_instances(snap, row.capability_requested) if snap else ()))
+                row.caller_id, resolver.named_instances(snap, row.capability_requested) if snap else (), order))
     except ApplicationError as exc:
         await engine.db(_refuse, timeline, exc)
         raise
     after = Deferred()  # the Redis commands of the outcome's commit, sent with the quota release
+    slot = admitted.instance if admitted is not None else None  # the instance slot the admission took
+    ctx = None
     try:
         try:
-            plan = _plan_on_loop(row, timeline, traceparent, snap, admitted) if snap else None
+            plan = _plan_on_loop(row, timeline, traceparent, snap, admitted, picked) if snap else None
             if not isinstance(plan, Plan):
                 plan = await engine.db(_plan, row, timeline, traceparent, admitted and admitted.generation, plan)
         except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
@@ -394,6 +402,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         if plan.ctx is None:
             return plan.row
         plan.ctx.after = after
+        if slot is not None and picked is not None and plan.candidates[0].id == picked.id:
+            ctx, plan.ctx.admitted = plan.ctx, (picked.id, slot)
         try:
             engine.leave_gate()  # before on_step too: it may wait on its client (the MCP door's progress report)
             if on_step is not None:
@@ -412,6 +422,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
             await asyncio.shield(lifecycle.a2a_follow_up(row))
         return row
     finally:
+        if slot is not None and (ctx is None or ctx.admitted is not None):  # the call did not go there
+            after.later(partial(admission.release_instance_into, instance=slot))
         await asyncio.shield(admission.caller_release(row.caller_id, after=after, release=not quota_held))
 
 

@@ -16,14 +16,16 @@ class Task(models.Model):
     holds it, else the request_id with a suffix. Holds the decision and the outcome."""
 
     request_id = models.CharField(max_length=100)
-    key = models.CharField(max_length=100, unique=True)
-    caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    status = models.CharField(max_length=24, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True)
+    key = models.CharField(max_length=100)
+    # indexed by task_request_id_per_caller, whose first column it is
+    caller = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+",
+                               db_index=False)
+    status = models.CharField(max_length=24, choices=TaskStatus.choices, default=TaskStatus.PENDING)
     fallback = models.BooleanField(default=False, help_text="A later candidate answered.")
     mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.SYNC)
     capability_requested = models.CharField(max_length=120, blank=True)
     task_text = models.TextField(blank=True)
-    text_hash = models.CharField(max_length=32, blank=True, db_index=True)
+    text_hash = models.CharField(max_length=32, blank=True)
     payload = models.JSONField(default=dict, blank=True)
     callback_url = models.URLField(max_length=500, blank=True)
     user_key = models.CharField(max_length=200, blank=True)
@@ -33,7 +35,7 @@ class Task(models.Model):
                                 related_name="tasks")
     instance = models.ForeignKey(Instance, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     # Denormalised at routing time so that answers and lists need no joins.
-    agent_endpoint = models.CharField(max_length=100, blank=True, db_index=True)
+    agent_endpoint = models.CharField(max_length=100, blank=True)
     capability_label = models.CharField(max_length=170, blank=True, help_text="capability@version")
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
@@ -41,10 +43,10 @@ class Task(models.Model):
     retry_budget = models.PositiveSmallIntegerField(default=3)
     depth = models.PositiveSmallIntegerField(default=0)
     call_path = models.JSONField(default=list, blank=True)
-    trace_id = models.CharField(max_length=64, blank=True, db_index=True)
+    trace_id = models.CharField(max_length=64, blank=True)
     parent_request_id = models.CharField(max_length=100, blank=True)
     options = models.JSONField(default=dict, blank=True, help_text="Routing options kept for async execution.")
-    review_reason = models.CharField(max_length=16, choices=ReviewReason.choices, blank=True, db_index=True,
+    review_reason = models.CharField(max_length=16, choices=ReviewReason.choices, blank=True,
                                      help_text="Why the task is (or was) in the manual review queue.")
     claimed_at = models.DateTimeField(null=True, blank=True, help_text="When a worker took an async task.")
     deadline_at = models.DateTimeField(null=True, blank=True)
@@ -53,11 +55,22 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["caller", "request_id"], name="task_request_id_per_caller")]
-        # the review queue (tasks with a review_reason, oldest first): a few out of millions of tasks; with the id
-        # included, counting the items that wait is an index-only scan
-        indexes = [models.Index(fields=["created_at"], include=["id"], condition=~models.Q(review_reason=""),
-                                name="task_review_queue")]
+        constraints = [models.UniqueConstraint(fields=["caller", "request_id"], name="task_request_id_per_caller"),
+                       models.UniqueConstraint(fields=["key"], name="task_key_unique")]
+        # Every invoke writes a task row twice (the claim, the outcome) and its indexed columns change, so each
+        # index costs two entries per invoke. Only what is read is indexed: not the text_hash (nothing looks it
+        # up), not review_reason alone (the queue has its own partial index) and none of the ``_like``
+        # (varchar_pattern_ops) twins that ``db_index=True`` adds on PostgreSQL for LIKE 'prefix%' lookups, which
+        # nothing makes (migration 0014: 19 indexes down to 10).
+        indexes = [
+            # the review queue (tasks with a review_reason, oldest first): a few out of millions of tasks; with
+            # the id included, counting the items that wait is an index-only scan
+            models.Index(fields=["created_at"], include=["id"], condition=~models.Q(review_reason=""),
+                         name="task_review_queue"),
+            models.Index(fields=["status"], name="task_status"),  # the reaper, the outbox, the dashboard
+            models.Index(fields=["agent_endpoint"], name="task_agent_endpoint"),  # a team's tasks, the ledger
+            models.Index(fields=["trace_id"], name="task_trace_id"),  # one trace's tasks
+        ]
 
     def __str__(self) -> str:
         return self.key

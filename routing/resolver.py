@@ -365,19 +365,28 @@ def named_instances(snap: snapshot.Snapshot, capability: str) -> list[int]:
     return [i.id for info in snap.by_capability.get(capability, ()) for i in info.instances]
 
 
+def pick_named(snap: snapshot.Snapshot, capability: str) -> snapshot.VersionInfo | None:
+    """The version a request naming ``capability`` goes to (a canary takes its share), picked ahead of
+    ``resolve_named`` so that the call's admission can come with the caller's (``routing.invoke.run``)."""
+    versions = snap.by_capability.get(capability)
+    return _pick_version(versions, _RNG) if versions else None
+
+
 def resolve_named(snap: snapshot.Snapshot, capability: str, payload: dict | None,
-                  open_instances: set[int]) -> Resolution:
+                  open_instances: set[int], version: snapshot.VersionInfo | None = None) -> Resolution:
     """``resolve`` of a request naming its capability, with the routing snapshot and the open breakers among
-    ``named_instances`` already read (``routing.admission.caller_acquire``): no I/O, so the event loop runs it."""
-    return _resolve_capability(snap, capability, payload, _RNG, open_instances)
+    ``named_instances`` already read (``routing.admission.caller_acquire``): no I/O, so the event loop runs it.
+    ``version``: the one ``pick_named`` picked."""
+    return _resolve_capability(snap, capability, payload, _RNG, open_instances, version)
 
 
 def _resolve_capability(snap: snapshot.Snapshot, capability: str, payload: dict | None,
-                        rng: random.Random, open_instances: set[int] | None = None) -> Resolution:
+                        rng: random.Random, open_instances: set[int] | None = None,
+                        picked: snapshot.VersionInfo | None = None) -> Resolution:
     versions = snap.by_capability.get(capability)
     if not versions:
         raise NotFound(f"No ACTIVE version of capability '{capability}'.", code="unknown_capability")
-    info = _pick_version(versions, rng)
+    info = picked or _pick_version(versions, rng)
     problems = payload_problems(info, payload)
     if problems:
         raise InvalidInput(f"The payload does not fit capability '{capability}'.", details=problems,

@@ -4,6 +4,7 @@ injected clock, token buckets and in-flight caps (the quotas behind 429), and th
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -11,7 +12,7 @@ from routing import breaker, capacity
 from routing.gateway import backoff_s
 from routing.snapshot import redis_client
 
-_ids = itertools.count(900_000_000)
+_ids = itertools.count(900_000_000 + os.getpid() * 10_000)  # runs at once (CI beside a session) use other keys
 T0 = 1_800_000_000.0
 
 
@@ -122,3 +123,88 @@ def test_the_callers_admission_reads_the_open_breakers_it_is_asked_about(reach, 
     assert run_async(admission.caller_acquire(caller, instance_ids=[tripped, healthy])).open_instances == set()
     assert run_async(admission.caller_acquire(f"unit-{next(_ids)}")).open_instances is None  # none asked about
     run_async(admission.caller_release(caller))
+
+
+def _instance(pk: int, *, max_concurrency: int = 2, max_qps: float = 1000.0):
+    from routing.snapshot import InstanceInfo
+
+    return InstanceInfo(id=pk, instance_id=f"unit-{pk}", url="http://127.0.0.1:9/", transport="http", status_url="",
+                        weight=1, max_concurrency=max_concurrency, max_qps=max_qps, liveness="online")
+
+
+def test_the_callers_admission_takes_the_first_instance_that_admits_the_call(reach, settings):
+    """A request naming its capability is admitted to its instance in the caller's round trip, by ``admit``'s
+    rules: an open breaker, a half-open one (left to its probe), a full instance and an empty bucket are passed
+    over; a refused caller takes no instance slot; the slot taken is counted where ``admit`` counts it."""
+    from routing import admission
+    from tests.helpers import run_async
+
+    settings.REACH = {**settings.REACH, "CALLER_MAX_CONCURRENCY": 1, "CALLER_MAX_QPS": 1000}
+    opened, half_open, full, drained, free = (_instance(next(_ids)) for _ in range(5))
+    full = _instance(full.id, max_concurrency=1)
+    drained = _instance(drained.id, max_qps=0.001)
+    for _ in range(20):
+        breaker.record(opened.id, False)
+        breaker.record(half_open.id, False)
+    redis_client().delete(breaker._keys(half_open.id)[0])  # past its open period: half-open
+    assert run_async(admission.admit(full))[0] and run_async(admission.admit(drained))[0]  # full; bucket empty
+    caller = f"unit-{next(_ids)}"
+    order = [opened, half_open, full, drained, free]
+    admitted = run_async(admission.caller_acquire(caller, instance_ids=[i.id for i in order], admit=order))
+    assert admitted.refused == "" and admitted.instance == free and admitted.open_instances == {opened.id}
+    assert capacity.in_flight([f"instance:{i.id}" for i in order]) == [0, 0, 1, 1, 1]
+    # the caller's only slot is held: refused, and no instance slot taken either
+    refused = run_async(admission.caller_acquire(caller, admit=[free]))
+    assert refused.refused == "concurrency" and refused.instance is None
+    assert capacity.in_flight([f"instance:{free.id}"]) == [1]
+    # an admission that did not go to its instance gives the slot back with the caller's
+    run_async(admission.caller_release(caller, after=_release_of(free)))
+    assert capacity.in_flight([f"instance:{free.id}"]) == [0]
+    second = run_async(admission.caller_acquire(caller, admit=[full, free]))
+    assert second.instance == free and second.open_instances is None
+    run_async(admission.caller_release(caller, after=_release_of(free)))
+
+
+def _release_of(instance):
+    from functools import partial
+
+    from routing import admission
+    from routing.transitions import Deferred
+
+    after = Deferred()
+    after.later(partial(admission.release_instance_into, instance=instance))
+    return after
+
+
+def test_concurrent_requests_commands_share_round_trips_and_keep_their_own_replies():
+    """The loop's Redis commands go together (``engine.redis_pipelined``): each request gets the replies of its
+    own commands, in its order; one request's failing command (a wrong type, a bad argument) fails neither the
+    other requests' commands nor its own others."""
+    import asyncio
+
+    from reach_platform import engine
+    from tests.helpers import run_async
+
+    base = f"reach:test:pipelined:{next(_ids)}"
+
+    async def one(k: int):
+        def add(pipe):
+            pipe.incrby(f"{base}:n", k)
+            pipe.set(f"{base}:{k}", k)
+            pipe.get(f"{base}:{k}")
+            if k % 10 == 0:
+                pipe.incr(f"{base}:text")  # fails: the key holds text
+        return await engine.redis_pipelined(add)
+
+    async def many():
+        await engine.redis().set(f"{base}:text", "words")
+        return await asyncio.gather(*(one(k) for k in range(1, 101)))
+
+    replies = run_async(many())
+    for k, reply in enumerate(replies, start=1):
+        assert reply[1] is True and reply[2] == str(k).encode()
+        assert len(reply) == (4 if k % 10 == 0 else 3)
+        if k % 10 == 0:
+            assert isinstance(reply[3], Exception)
+    assert sorted(int(r[0]) for r in replies)[-1] == sum(range(1, 101))  # every increment went through once
+    redis_client().delete(f"{base}:n", f"{base}:text", *[f"{base}:{k}" for k in range(1, 101)])

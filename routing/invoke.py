@@ -402,7 +402,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         if plan.ctx is None:
             return plan.row
         plan.ctx.after = after
-        if slot is not None and picked is not None and plan.candidates[0].id == picked.id:
+        if (slot is not None and picked is not None and plan.candidates[0].id == picked.id
+                and plan.ctx.sticky_instance_id in (None, slot.id)):  # an A2A answer goes to the agent that asked
             ctx, plan.ctx.admitted = plan.ctx, (picked.id, slot)
         try:
             engine.leave_gate()  # before on_step too: it may wait on its client (the MCP door's progress report)

@@ -215,7 +215,8 @@ class CallerAdmission:
     that refused it ('concurrency' | 'rate') with ``wait`` the seconds to wait. ``generation`` is the routing
     snapshot's (``routing.snapshot``); ``open_instances`` are those of the instances asked about whose breaker
     is OPEN (None when the quotas refused, or none were asked about); ``instance`` is the instance of those
-    offered whose slot the call took (``release_instance`` gives it back when the call does not go there)."""
+    offered whose slot the call took (``release_instance_into`` gives it back when the call does not go
+    there)."""
 
     refused: str
     wait: float

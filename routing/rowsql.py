@@ -76,7 +76,7 @@ def _is_json(field: models.Field) -> bool:
 def update_values(model: type[models.Model], obj, names) -> tuple[str, list]:
     """The ``"col" = %s, ...`` assignments (built once per set of fields) and their values for the fields
     ``names`` of ``obj``, adapted as Django would write them; a JSON field's value goes as JSON text written by
-    orjson (as ``rows_json`` writes them; Django's adapter ran the standard library's encoder), None as NULL."""
+    orjson (as ``rows_json`` writes them; Django's adapter ran the standard library's encoder)."""
     sql, fields = _assignments(model, tuple(names))
     return sql, [_json_text(getattr(obj, field.attname), field.null) if _is_json(field)
                  else field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]

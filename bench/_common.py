@@ -277,6 +277,14 @@ class CpuMeter:
         return {name: round(ticks / hz * 1000 / max(requests, 1), 2) for name, ticks in self._totals.items()}
 
 
+def interpreter() -> str:
+    """The Python every process of a benchmark runs on (they start with ``sys.executable``): the build moves the
+    serving figures by a tenth or more (README, *The interpreter*), so each serving benchmark prints it."""
+    import platform
+
+    return f"{platform.python_implementation()} {platform.python_version()} {os.path.realpath(sys.executable)}"
+
+
 def group_pids(pgid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from _common import serve_gateway, setup_django, start_order_agent, start_worker
+from _common import interpreter, serve_gateway, setup_django, start_order_agent, start_worker
 from _load import http_sink, run_load
 
 BASE = Path(__file__).resolve().parent.parent
@@ -105,6 +105,7 @@ def main() -> None:
         "duplicate_callbacks": sum(1 for n in receiver.received.values() if n > 1),
         "peak_in_flight": stats.get("max_in_flight"),
     }
+    figures["interpreter"] = interpreter()
     print(json.dumps(figures))
 
 

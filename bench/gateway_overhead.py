@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from _common import CpuMeter, serve_gateway, setup_django, start_order_agent
+from _common import CpuMeter, interpreter, serve_gateway, setup_django, start_order_agent
 
 BASE = Path(__file__).resolve().parent.parent
 
@@ -116,6 +116,7 @@ def main() -> None:
         cpu = figures[f"cpu_ms_per_request_{phase}"]
         print(f"CPU ms per request, {phase:7}: " + ", ".join(f"{k} {v}" for k, v in cpu.items())
               + f" (total {sum(cpu.values()):.2f})")
+    figures["interpreter"] = interpreter()
     print(json.dumps(figures))
 
 

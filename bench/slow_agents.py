@@ -18,7 +18,7 @@ import os
 import signal
 import uuid
 
-from _common import peak_rss_mb, serve_gateway, setup_django, start_order_agent
+from _common import interpreter, peak_rss_mb, serve_gateway, setup_django, start_order_agent
 from _load import load
 
 
@@ -76,6 +76,7 @@ def main() -> None:
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms")
     print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  ratio {figures['ratio']}")
+    figures["interpreter"] = interpreter()
     print(json.dumps(figures))
 
 

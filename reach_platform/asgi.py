@@ -9,15 +9,18 @@ The server's loop becomes the engine loop of the process (``reach_platform.engin
 
 import asyncio
 import contextlib
+import logging
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 django_application = get_asgi_application()
+logger = logging.getLogger(__name__)
 
 from reach_platform import engine  # noqa: E402  (after Django is set up)
-from routing import a2a_front, mcp_server  # noqa: E402
+from routing import a2a_front, mcp_server, snapshot  # noqa: E402
 from routing.api import fastlane  # noqa: E402
 
 
@@ -41,6 +44,12 @@ async def _lifespan(receive, send) -> None:
             if message["type"] == "lifespan.startup":
                 engine.bind(asyncio.get_running_loop())
                 await asyncio.get_running_loop().run_in_executor(None, _warm_up)
+                if settings.REACH["WARM_CONNECTIONS"]:
+                    try:
+                        await engine.warm_up()
+                        await engine.db(snapshot.current)
+                    except Exception:  # e.g. PostgreSQL not up yet: serve anyway, opening them on demand
+                        logger.warning("warm-up failed; connections open on first use", exc_info=True)
                 await stack.enter_async_context(mcp_server.running())  # the MCP session manager's task group
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

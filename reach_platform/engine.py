@@ -429,6 +429,37 @@ async def _open_pg():
     return pool
 
 
+async def warm_up() -> None:
+    """Open, before the first request, what the first requests would otherwise open while they wait: the loop's
+    Redis client, its agent session, its PostgreSQL pool at full size and every database thread with its
+    connection. A node that starts (or restarts) under load otherwise answers its first burst of callers
+    hundreds of milliseconds late (``bench/cold_start.py``). The pool keeps the connections above its minimum
+    until they have been idle for its ``max_idle`` (10 minutes)."""
+    from django.conf import settings
+    from django.db import connection
+
+    await _clients_here().redis.ping()
+    _agent_session()  # imports aiohttp and builds its TLS contexts: 130 ms that would block the loop mid-burst
+    pool = await pg()
+    held = []
+    try:  # holding them all makes the pool grow to its full size
+        for _ in range(pool.max_size):
+            held.append(await pool.getconn(timeout=10))
+    finally:
+        for conn in held:
+            await pool.putconn(conn)
+    threads = int(settings.REACH["DB_THREADS"])
+    everyone = threading.Barrier(threads)
+
+    def connect() -> None:  # each job holds its thread until all have one: one job per thread
+        try:
+            connection.ensure_connection()
+        finally:
+            everyone.wait(timeout=30)
+
+    await asyncio.gather(*(db(connect) for _ in range(threads)))
+
+
 def db_pool() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:

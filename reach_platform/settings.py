@@ -270,6 +270,9 @@ REACH: dict[str, Any] = {
     # whether those statements are prepared (turn off behind a pooler that cannot keep prepared statements)
     "DB_LOOP_CONNECTIONS": int(env_float("REACH_DB_LOOP_CONNECTIONS", 8)),
     "DB_PREPARE": env_bool("REACH_DB_PREPARE", True),
+    # whether a web process opens those connections (and its Redis client and the routing snapshot) at start-up,
+    # before its first request (reach_platform.engine.warm_up), rather than while its first callers wait
+    "WARM_CONNECTIONS": env_bool("REACH_WARM_CONNECTIONS", True),
     "HTTP_MAX_CONNECTIONS": int(env_float("REACH_HTTP_MAX_CONNECTIONS", 4096)),
     # outbound pools per process (reach_platform.engine._Shards): each scans only its own connections, so 16
     # divide that cost by 16 while every shard still keeps its own keep-alive connections to a busy agent

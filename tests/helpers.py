@@ -253,7 +253,7 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         from reach_platform.serving import web_command
 
-        env = {**subprocess_env(), "REACH_WARM_UP": "0", "DEBUG": "false", **self.env}
+        env = {**subprocess_env(), "REACH_WARM_UP": "0", "REACH_WARM_CONNECTIONS": "0", "DEBUG": "false", **self.env}
         self.proc = subprocess.Popen(web_command("127.0.0.1", self.port, workers=self.workers), cwd=BASE, env=env,
                                      start_new_session=True)
 

@@ -8,6 +8,7 @@ request with the same validation (``InvokeInput``), the same services and the sa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -29,6 +30,10 @@ from routing.invoke import invoke
 logger = logging.getLogger(__name__)
 PATH = "/api/v1/invoke"
 _users: dict[str, tuple[float, object]] = {}
+# the lookups in flight, by (loop, token): the callers that miss the cache together (a burst of new connections
+# from one caller, or every request in flight when the entry expires) share one query instead of each queueing
+# its own for the database threads
+_lookups: dict[tuple[int, str], asyncio.Future] = {}
 
 
 def wants(scope) -> bool:
@@ -55,6 +60,15 @@ async def _caller(key: str):
     now = time.monotonic()
     if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
         return hit[1]
+    slot = (id(asyncio.get_running_loop()), key)
+    lookup = _lookups.get(slot)
+    if lookup is None:
+        lookup = _lookups[slot] = asyncio.ensure_future(_look_up(key, now))
+        lookup.add_done_callback(lambda _done: _lookups.pop(slot, None))
+    return await asyncio.shield(lookup)  # one caller's disconnect does not cancel the others' lookup
+
+
+async def _look_up(key: str, now: float):
     user = await engine.db(_token_user, key)
     if user is not None:
         if len(_users) > 10000:

@@ -77,3 +77,58 @@ def test_the_invoke_gate_bounds_the_cpu_steps_not_the_calls_in_flight(user, runn
     stats = agents.stats("order-agent")
     assert stats["max_in_flight"] == 8
     assert all(stats["executions"][f"gate-{i}"] == 1 for i in range(8))
+
+
+def _connections_named(name: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
+        return cursor.fetchone()[0]
+
+
+def test_a_node_opens_its_connections_before_its_first_request(user, running_agents, gateway_nodes):
+    """REACH_WARM_CONNECTIONS (on by default): a node's process holds its database threads' and its loop pool's
+    connections as soon as it answers, before any invoke (they would otherwise open one by one while the first
+    burst of callers waits); a node with it off opens them on demand."""
+    running_agents(["order-agent"])
+    sizes = {"REACH_DB_THREADS": "3", "REACH_DB_LOOP_CONNECTIONS": "2"}
+    (warm,) = gateway_nodes(1, REACH_WARM_CONNECTIONS="1", PGAPPNAME="reach-warm-on", **sizes)
+    (cold,) = gateway_nodes(1, REACH_WARM_CONNECTIONS="0", PGAPPNAME="reach-warm-off", **sizes)
+    assert _connections_named("reach-warm-on") >= 3 + 2
+    assert _connections_named("reach-warm-off") <= 1  # at most the one that served the readiness check's page
+    auth = {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+    answer = httpx.post(f"{warm.url}/api/v1/invoke", json={**ORDER, "request_id": "warm-1"}, headers=auth,
+                        timeout=30)
+    assert answer.status_code == 200 and answer.json()["status"] == "succeeded"
+    assert _connections_named("reach-warm-on") <= 1 + 3 + 2  # warming opened no more than the sizes allow
+
+
+def test_callers_that_miss_the_token_cache_together_share_one_lookup(user, monkeypatch):
+    """A burst of requests with a token the process has not seen yet (new connections of one caller, or all
+    requests in flight when the cache entry expires) runs one query for the token, not one each."""
+    import asyncio
+
+    from routing.api import fastlane
+    from tests.helpers import run_async
+
+    key = Token.objects.get_or_create(user=user)[0].key
+    looked_up: list[str] = []
+    real = fastlane._token_user
+
+    def counting(token_key):
+        looked_up.append(token_key)
+        return real(token_key)
+
+    monkeypatch.setattr(fastlane, "_token_user", counting)
+    monkeypatch.setattr(fastlane, "_users", {})
+
+    async def burst():
+        return await asyncio.gather(*(fastlane._caller(k) for k in [key] * 20 + ["no-such-token"] * 5))
+
+    callers = run_async(burst())
+    assert [c.pk if c else None for c in callers] == [user.pk] * 20 + [None] * 5
+    assert sorted(looked_up) == sorted([key, "no-such-token"])
+    assert fastlane._lookups == {}  # nothing left behind once the lookups are done
+    run_async(burst())
+    assert looked_up.count(key) == 1 and looked_up.count("no-such-token") == 2  # known tokens come from the cache

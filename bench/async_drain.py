@@ -6,7 +6,9 @@ python bench/async_drain.py [--tasks 2000] [--latency-ms 2000] [--worker-concurr
 
 Measures the time from the first submit to the last callback received by a local receiver, tasks lost (no
 callback within --wait seconds), duplicate executions (the agent's own count) and duplicate callbacks, and the
-peak number of calls in flight at the agent. Last line: JSON. Target (issue 11): 2,000 tasks drained in
+peak number of calls in flight at the agent, and where the cores went: CPU milliseconds per task of each process
+group (the submitter and callback receiver, the gateway, the workers, the agent, PostgreSQL, Redis). Last line:
+JSON. Target (issue 11): 2,000 tasks drained in
 <= 15 s on one worker node, 0 lost, 0 duplicates.
 """
 
@@ -22,7 +24,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from _common import interpreter, serve_gateway, setup_django, start_order_agent, start_worker
+from _common import CpuMeter, interpreter, serve_gateway, setup_django, start_order_agent, start_worker
 from _load import http_sink, run_load
 
 BASE = Path(__file__).resolve().parent.parent
@@ -88,8 +90,14 @@ def main() -> None:
         server.close()
         return t0, submit_s, submitted
 
+    meter = CpuMeter(interval=0.5, submitter_and_receiver=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
+                     workers=lambda: [pid for w in workers for pid in CpuMeter.process_group(w.pid)()],
+                     agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+                     redis=CpuMeter.named("redis-server"))
     try:
+        meter.start()
         t0, submit_s, submitted = asyncio.run(scenario())
+        cpu = meter.stop(submitted.ok)
         stats = httpx.get(f"{agent_url}/stats", timeout=10).json()
     finally:
         for proc in (web, agents, *workers):
@@ -104,6 +112,7 @@ def main() -> None:
         "duplicate_executions": sum(1 for n in executions.values() if n > 1),
         "duplicate_callbacks": sum(1 for n in receiver.received.values() if n > 1),
         "peak_in_flight": stats.get("max_in_flight"),
+        "cpu_ms_per_task": cpu,
     }
     figures["interpreter"] = interpreter()
     print(json.dumps(figures))

@@ -25,8 +25,7 @@ from _load import load
 
 
 def _added(result, latency_ms: int) -> dict:
-    values = sorted(result.latencies_ms)
-    return {"p50": round(values[len(values) // 2] - latency_ms, 1), "max": round(values[-1] - latency_ms, 1),
+    return {"p50": round(result.pct(0.5) - latency_ms, 1), "max": round(result.pct(1.0) - latency_ms, 1),
             "errors": result.errors}
 
 

@@ -190,6 +190,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT = "reach_platform.broker:Transport"  # kombu's Redis transport, one client per channel
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -18,9 +18,18 @@ from typing import cast
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, models
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, models
 
 from reach_platform import engine, jsonsafe
+
+
+@cache
+def _ops_connection():
+    """A database wrapper for what needs no connection (adapting a value to its column), made once per process and
+    never connected. Django's ``connection`` is a proxy: every attribute read finds this thread's wrapper again, and
+    on the engine loop that wrapper is a context variable, so each request's task built one of its own (60 us) and
+    then looked it up for every field it wrote (2 % of a gateway process's CPU, bench/slow_agents.py under py-spy)."""
+    return connections.create_connection(DEFAULT_DB_ALIAS)
 
 
 @cache
@@ -78,8 +87,9 @@ def update_values(model: type[models.Model], obj, names) -> tuple[str, list]:
     ``names`` of ``obj``, adapted as Django would write them; a JSON field's value goes as JSON text written by
     orjson (as ``rows_json`` writes them; Django's adapter ran the standard library's encoder)."""
     sql, fields = _assignments(model, tuple(names))
+    ops = _ops_connection()
     return sql, [_json_text(getattr(obj, field.attname), field.null) if _is_json(field)
-                 else field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
+                 else field.get_db_prep_save(getattr(obj, field.attname), ops) for field in fields]
 
 
 def _json_text(value, nullable: bool) -> str | None:
@@ -99,7 +109,7 @@ def instance(model: type[models.Model], values: tuple):
     fields = model._meta.concrete_fields
     converted = [json.loads(v, cls=f.decoder) if isinstance(v, str) and isinstance(f, models.JSONField) else v
                  for f, v in zip(fields, values, strict=True)]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(DEFAULT_DB_ALIAS, [f.attname for f in fields], converted)
 
 
 def _prepare() -> bool | None:

@@ -48,6 +48,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# One decoder for every body: ``json.loads`` with hooks builds a decoder (and its scanner) per call, 1.3 % of a
+# gateway process's CPU (bench/slow_agents.py under py-spy)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     """Compact UTF-8 JSON, as ``json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":"))``
     writes it, by orjson (a C encoder: the invoke path writes its rows, the agent's request and the caller's answer
@@ -90,7 +95,7 @@ def parse_json(raw: bytes, *, max_bytes: int | None = None, max_depth: int = MAX
     except UnicodeDecodeError:
         raise InvalidInput("The request body is not valid UTF-8.", code="bad_json")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise InvalidInput(f"The request body nests deeper than {max_depth} levels.", code="too_deep")
     except ValueError as exc:  # JSONDecodeError; the message gives only a position, never the content

@@ -1,11 +1,16 @@
-"""Where the gateway's time goes per sync invoke: wall time split into PostgreSQL, Redis, the agent call and the
-rest (Django, DRF, resolver, gateway code), measured in-process over N sequential invokes through the real view.
+"""Where the gateway's time goes per sync invoke: wall time split into PostgreSQL on the event loop, work in the
+database threads, Redis, the agent call and the rest (Django, DRF, resolver, gateway code), measured in-process
+over N sequential invokes through the real view and the one invoke path (``routing/invoke.py``).
 
 python bench/gateway_profile.py [--requests 300] [--cprofile 25]
 
-The example order-agent answers at once (no injected latency), so "agent" is the HTTP round trip to it. With
---cprofile K, also prints the K functions with the most cumulative time. Last line: JSON with per-request
-milliseconds (mean) for each part and the number of PostgreSQL statements and Redis commands per request.
+The meters wrap the primitives every invoke awaits: ``rowsql.afetch`` (a statement on the loop's own pool),
+``engine.db`` (a function in a database thread: ORM work, a resolve), the loop's Redis client (commands and the
+auto-pipeliner's batches) and ``engine.post_json`` (the agent call). The example order-agent answers at once
+(its descriptor's 30 ms are turned off), so "agent" is the HTTP round trip to it. Calls run one at a time, so
+each part is wall time the request waited on it. With --cprofile K, also prints the K functions with the most
+cumulative time (of this thread: the loop's thread is not profiled). Last line: JSON with per-request
+milliseconds (mean) for each part and the number of calls of each per request.
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ class Meter:
         self.calls = 0
 
     def timed(self, fn):
-        def wrapper(*args, **kwargs):
+        async def wrapper(*args, **kwargs):
             t = time.perf_counter()
             try:
-                return fn(*args, **kwargs)
+                return await fn(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - t
                 self.calls += 1
@@ -46,15 +51,15 @@ def main() -> None:
     setup_django("reach_bench_profile")
     from unittest import mock
 
-    import httpx
-    import redis
+    import redis.asyncio as aioredis
     from django.contrib.auth import get_user_model
-    from django.db import connection
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
+    from reach_platform import engine
+    from routing import rowsql
 
-    agents, _ = start_order_agent(port_offset=21000, instance_id="profile")
+    agents, _ = start_order_agent(port_offset=21000, instance_id="profile", faults={"latency_ms": 0})
     user = get_user_model().objects.create_user("profile-caller")
     token = Token.objects.create(user=user).key
     client = APIClient()
@@ -67,20 +72,13 @@ def main() -> None:
 
     for _ in range(30):  # warm-up: connections, snapshot, caches
         invoke()
-    db, rds, agent = Meter(), Meter(), Meter()
-
-    def db_wrapper(execute, sql, params, many, context):
-        t = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            db.seconds += time.perf_counter() - t
-            db.calls += 1
-
+    pg, threads, rds, batches, agent = Meter(), Meter(), Meter(), Meter(), Meter()
     try:
-        with connection.execute_wrapper(db_wrapper), \
-                mock.patch.object(redis.Redis, "execute_command", rds.timed(redis.Redis.execute_command)), \
-                mock.patch.object(httpx.Client, "send", agent.timed(httpx.Client.send)):
+        with mock.patch.object(rowsql, "afetch", pg.timed(rowsql.afetch)), \
+                mock.patch.object(engine, "db", threads.timed(engine.db)), \
+                mock.patch.object(aioredis.Redis, "execute_command", rds.timed(aioredis.Redis.execute_command)), \
+                mock.patch.object(engine._Pipeliner, "send", batches.timed(engine._Pipeliner.send)), \
+                mock.patch.object(engine, "post_json", agent.timed(engine.post_json)):
             t0 = time.perf_counter()
             for _ in range(args.requests):
                 invoke()
@@ -98,12 +96,12 @@ def main() -> None:
     finally:
         agents.terminate()
     n = args.requests
-    parts = {"total_ms": wall / n * 1000, "postgres_ms": db.seconds / n * 1000, "redis_ms": rds.seconds / n * 1000,
-             "agent_http_ms": agent.seconds / n * 1000}
-    parts["rest_ms"] = parts["total_ms"] - parts["postgres_ms"] - parts["redis_ms"] - parts["agent_http_ms"]
-    figures = {k: round(v, 2) for k, v in parts.items()}
-    figures.update(postgres_statements=round(db.calls / n, 1), redis_commands=round(rds.calls / n, 1),
-                   requests=n)
+    meters = {"postgres_loop": pg, "db_threads": threads, "redis": rds, "redis_pipelined": batches,
+              "agent_http": agent}
+    parts = {"total_ms": wall / n * 1000, **{f"{name}_ms": m.seconds / n * 1000 for name, m in meters.items()}}
+    parts["rest_ms"] = parts["total_ms"] - sum(m.seconds for m in meters.values()) / n * 1000
+    figures: dict = {k: round(v, 2) for k, v in parts.items()}
+    figures.update({f"{name}_calls": round(m.calls / n, 2) for name, m in meters.items()}, requests=n)
     print(json.dumps(figures))
 
 

@@ -2,9 +2,9 @@
 
 kombu builds a new ``redis.Redis`` object around the channel's connection pool for every command it sends on its
 own (``Channel.conn_or_acquire``): the unacked record of each delivered message, each ack, each restore sweep.
-redis-py 8 fills a table of about 200 reply callbacks and an event dispatcher in every such object: building them
-was 6 % of a Celery worker's CPU in bench/async_drain.py (py-spy, ``--gil``), half of what its consumer thread
-spent on a message. The object only borrows connections from the pool, per command or pipeline, and is safe to
+redis-py 8 fills a table of about 200 reply callbacks and an event dispatcher in every such object (91 us):
+building them was 5 % of a Celery worker's CPU in bench/async_drain.py (py-spy ``--gil --threads``), a fifth of
+its consumer thread's. The object only borrows connections from the pool, per command or pipeline, and is safe to
 share between threads, so the channel keeps one (a new one when its pool is replaced, after a fork or a
 reconnect). Everything else is kombu's transport unchanged.
 

@@ -77,6 +77,35 @@ def dispatch(delivery_id: int) -> None:
         deliver_callback.delay(delivery_id)
 
 
+def dispatch_first(delivery: CallbackDelivery, secret: str | None) -> None:
+    """Start a delivery whose first try the outcome's own statement counted, with the caller's signing secret
+    it read (``transitions._one_statement(first_try=True)``): on this process's engine loop, with no statement
+    before the POST. ``outbox_sweep`` restarts it if this process dies first."""
+    from reach_platform import engine
+
+    engine.spawn(deliver(delivery.pk, first=(delivery, secret)))
+
+
+async def _first_start(delivery: CallbackDelivery, secret: str | None):
+    """What ``_attempt_start_on_loop`` answers, for a delivery written with its first try counted."""
+    from reach_platform import engine
+    from routing.rowsql import plain_json
+
+    task = delivery.task
+    # the body as a retry reads it back from its jsonb column, so every try signs the same bytes
+    raw = json.dumps(json.loads(plain_json(delivery.body)), sort_keys=True, separators=(",", ":")).encode()
+    if task.caller_id and secret is None:  # the caller's first delivery: its secret is made now
+        secret = await engine.db(_secret_of, task.caller_id)
+    return delivery.url, raw, _headers(raw, task.request_id, token="", auth_scheme="", auth_credentials="",
+                                       secret=secret), delivery.attempts
+
+
+def _secret_of(caller_id) -> str:
+    from django.contrib.auth import get_user_model
+
+    return caller_secret(get_user_model().objects.get(pk=caller_id))
+
+
 def _attempt_start(delivery_id: int):
     """Count the attempt; returns what to send, or None when the delivery is no longer pending."""
     delivery = CallbackDelivery.objects.select_related("task", "push_config").filter(pk=delivery_id).first()
@@ -152,22 +181,20 @@ async def _attempt_start_on_loop(delivery_id: int):
     url, body, attempts, request_id, caller_id, secret, token, auth_scheme, auth_credentials = rows[0]
     raw = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
     if caller_id and secret is None:  # the caller's first delivery: its secret is made now
-        from django.contrib.auth import get_user_model
-
-        caller = await engine.db(get_user_model().objects.get, pk=caller_id)
-        secret = await engine.db(caller_secret, caller)
+        secret = await engine.db(_secret_of, caller_id)
     return url, raw, _headers(raw, request_id, token=token or "", auth_scheme=auth_scheme or "",
                               auth_credentials=auth_credentials or "", secret=secret), attempts
 
 
-async def deliver(delivery_id: int) -> bool:
+async def deliver(delivery_id: int, *, first: tuple[CallbackDelivery, str | None] | None = None) -> bool:
     """One try of a delivery (signed POST, no redirects): delivered, or retried later with back-off by a
     worker (CALLBACK_RETRIES times), then dead-lettered. True when delivered (or nothing left to do). The
-    bookkeeping of a try that succeeds is two statements on the loop."""
+    bookkeeping of a try that succeeds is two statements on the loop; one for a first try the outcome's
+    statement counted already (``first``: the unsaved-as-such row and the caller's secret it read)."""
     from reach_platform import engine
     from routing import rowsql
 
-    start = await _attempt_start_on_loop(delivery_id)
+    start = await (_first_start(*first) if first is not None else _attempt_start_on_loop(delivery_id))
     if start is None:
         return True
     url, raw, headers, attempts = start

@@ -331,6 +331,10 @@ class Plan:
     candidates: list
     ctx: gateway.CallContext | None = None
     session: AgentSession | None = None
+    checkpoint: bool = False  # an async run's RUNNING is still to be committed (``_plan(checkpoint=False)``)
+
+
+CHECKPOINT_FIELDS = ("options", "decision", "text_hash")  # what an async run's RUNNING checkpoint saves
 
 
 async def _admit_caller(caller_id, instance_ids=(), admit=()) -> admission.CallerAdmission:
@@ -349,9 +353,10 @@ async def _admit_caller(caller_id, instance_ids=(), admit=()) -> admission.Calle
 
 
 def _on_loop_snapshot(row: Task) -> snapshot.Snapshot | None:
-    """The snapshot a sync run naming its capability may be planned with on the loop (``_plan_on_loop``): this
-    process's last one, if it has the capability; whether it is still current, the admission's answer tells."""
-    if row.mode != "sync" or not row.capability_requested or row.user_key:
+    """The snapshot a run naming its capability may be planned with on the loop (``_plan_on_loop``): this
+    process's last one, if it has the capability; whether it is still current, the admission's answer tells.
+    A sync run, or an async task's first run (a resumed one goes through its database thread)."""
+    if (row.mode != "sync" and row.status != TaskStatus.PENDING) or not row.capability_requested or row.user_key:
         return None
     snap = snapshot.built()
     return snap if snap is not None and row.capability_requested in snap.by_capability else None
@@ -370,7 +375,7 @@ def _plan_on_loop(row: Task, timeline: Timeline, traceparent: str, snap: snapsho
     if resolution.decision != Decision.EXECUTE or not budgets_known_absent(
             caller_id=row.caller_id, team_slugs=[c.version.team for c in resolution.candidates]):
         return resolution
-    return _plan(row, timeline, traceparent, resolution=resolution, budget_known_absent=True)
+    return _plan(row, timeline, traceparent, resolution=resolution, budget_known_absent=True, checkpoint=False)
 
 
 async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None) -> Task:
@@ -399,6 +404,8 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
             await engine.db(_refuse, timeline, exc)
             raise
+        if plan.checkpoint and not await _checkpoint(timeline):
+            return plan.row  # settled meanwhile (reaped, cancelled): nothing to call
         if plan.ctx is None:
             return plan.row
         plan.ctx.after = after
@@ -428,6 +435,14 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         await asyncio.shield(admission.caller_release(row.caller_id, after=after, release=not quota_held))
 
 
+async def _checkpoint(timeline: Timeline) -> bool:
+    """An async run planned on the loop commits RUNNING before its agent call: one statement awaited here, or the
+    transaction in a database thread when more is due (``Timeline.on_loop``). False: settled meanwhile."""
+    if timeline.on_loop():
+        return await timeline.acommit(fields=CHECKPOINT_FIELDS)
+    return await engine.db(partial(timeline.commit, fields=CHECKPOINT_FIELDS))
+
+
 async def _queued(row: Task, attempt):
     """A sync caller hears 429 + Retry-After at once when a quota or every capable agent is full; an async task
     waits its turn instead (backing off with jitter) until its deadline."""
@@ -448,11 +463,12 @@ def _resolution(row: Task, traceparent: str, resolve) -> Resolution:
 
 
 def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | None = None,
-          resolution: Resolution | None = None, *, budget_known_absent: bool = False) -> Plan:
+          resolution: Resolution | None = None, *, budget_known_absent: bool = False, checkpoint: bool = True) -> Plan:
     """Resolve (in this database thread: embedding a text is CPU work, and the routing snapshot may be reloaded
     from PostgreSQL), then the loop guard and the budget. A confirm or manual-review decision ends the run.
     ``generation``: the routing snapshot's, read with the caller's admission; ``resolution``: made already
-    (``_plan_on_loop``)."""
+    (``_plan_on_loop``). An async run checkpoints RUNNING before any agent is called: here, or with
+    ``checkpoint=False`` (on the loop) the plan says so and ``run`` awaits the same compare-and-set."""
     options = row.options or {}
     if resolution is None:
         resolution = _resolution(row, traceparent, lambda: resolver.resolve(
@@ -489,9 +505,12 @@ def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | Non
         row.decision["budget_warnings"] = warnings
     timeline.move(TaskStatus.ROUTED, agent=candidates[0].agent, capability=candidates[0].capability)
     timeline.move(TaskStatus.RUNNING)
+    pending_checkpoint = False
     if row.mode == "async":  # persist RUNNING before calling agents: a lost worker's run is resumed or failed
         row.options = {**options, "non_idempotent_started": any(not c.idempotent for c in candidates)}
-        if not timeline.commit(fields=["options", "decision", "text_hash"]):
+        if not checkpoint:
+            pending_checkpoint = True
+        elif not timeline.commit(fields=CHECKPOINT_FIELDS):
             return Plan(row, timeline, [])  # settled meanwhile (reaped, cancelled): nothing to call
     session = _open_session(row, candidates[0].agent) if row.user_key else None
     ctx = gateway.CallContext(request_id=row.key, trace_id=row.trace_id, depth=row.depth,
@@ -502,7 +521,7 @@ def _plan(row: Task, timeline: Timeline, traceparent: str, generation: str | Non
                               else None)
     if ctx.a2a_turn and row.instance_id:
         ctx.sticky_instance_id = row.instance_id  # the agent that asked
-    return Plan(row, timeline, candidates, ctx, session)
+    return Plan(row, timeline, candidates, ctx, session, checkpoint=pending_checkpoint)
 
 
 def _record(plan: Plan, execution: gateway.Execution, after: Deferred | None = None) -> Task:

@@ -58,6 +58,11 @@ def _plain(value):
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def plain_json(value) -> str:
+    """``value`` as the JSON that ``rows_json`` writes into a jsonb column."""
+    return jsonsafe.dumps(value, default=_plain).decode()
+
+
 def rows_json(model: type[models.Model], objs, *, add: bool = True) -> str:
     """The rows of ``objs`` (unsaved instances of ``model``) as one JSON array, keyed by column. Fields fill in
     what they would on save (``auto_now_add``). A JSON field's value is nested as it is (a jsonb column takes it
@@ -68,7 +73,7 @@ def rows_json(model: type[models.Model], objs, *, add: bool = True) -> str:
         for attname, column, field in _columns(model):
             row[column] = field.pre_save(obj, add) if add else getattr(obj, attname)
         rows.append(row)
-    return jsonsafe.dumps(rows, default=_plain).decode()
+    return plain_json(rows)
 
 
 @cache

@@ -117,22 +117,31 @@ class Timeline:
         task = self.task
         task.updated_at = timezone.now()
         sql, params, delivery = _one_statement(task, [self.started_from], list(fields), self.events, attempts,
-                                               cost_entries)
+                                               cost_entries, first_try=True)
         answer = (await rowsql.afetch(sql, params))[0]
         if not answer[0]:
             await engine.db(task.refresh_from_db)
             return False
-        self._committed(answer, delivery, attempts, cost_entries, False, defer)
+        later = defer if defer is not None else Deferred()
+        self._committed(answer, delivery, attempts, cost_entries, False, later, first_try=True)
+        if defer is None:
+            await later.asend()
         return True
 
-    def _committed(self, answer, delivery, attempts, cost_entries, opens_review: bool, defer) -> None:
+    def _committed(self, answer, delivery, attempts, cost_entries, opens_review: bool, defer, *,
+                   first_try: bool = False) -> None:
         """After the one statement moved the task: start its callback delivery and tell the others (now, or with
-        the caller's round trip when it passed ``defer``)."""
+        the caller's round trip when it passed ``defer``). ``first_try``: the statement counted the delivery's
+        first try and read the caller's signing secret (``_one_statement``), so the try needs no statement."""
         task = self.task
         if delivery is not None:
-            from routing.callbacks import dispatch
+            from routing.callbacks import dispatch, dispatch_first
 
-            dispatch(answer[1])
+            if first_try:
+                delivery.pk = answer[1]
+                dispatch_first(delivery, answer[2])
+            else:
+                dispatch(answer[1])
         later = defer if defer is not None else Deferred()
         _after_move(task, attempts=attempts, opens_review=opens_review, outbox=False, announced=later)
         later.costs.extend(cost_entries)
@@ -142,12 +151,14 @@ class Timeline:
         self.events = []
 
 
-def _one_statement(task, expected, fields, events, attempts, cost_entries):
+def _one_statement(task, expected, fields, events, attempts, cost_entries, *, first_try: bool = False):
     """The same writes as the transaction in ``commit``, as one statement (one round trip, its own
     transaction): the compare-and-set UPDATE and, only when it matched, the INSERTs of the events, attempts,
     cost entries and the callback outbox row, each table's rows passed as one JSON parameter
     (``routing.rowsql``). Used outside transactions and without a ``guard`` only. Returns (sql, params, the
-    outbox row or None); the statement answers (moved, outbox id)."""
+    outbox row or None); the statement answers (moved, outbox id). ``first_try`` (the engine loop tries the
+    delivery at once, ``callbacks.dispatch_first``): the outbox row is written with its first try counted and
+    the statement also answers the caller's signing secret, so that try starts without a statement of its own."""
     from ledger.models import CostEntry
     from routing.callbacks import outbox_row
     from routing.models import CallbackDelivery
@@ -157,6 +168,8 @@ def _one_statement(task, expected, fields, events, attempts, cost_entries):
              f"WHERE id = %s AND status = ANY(%s) RETURNING id)"]
     params = [*values, task.pk, expected]
     delivery = outbox_row(task) if task.status in TERMINAL else None
+    if delivery is not None and first_try:
+        delivery.attempts = 1
     for name, model, objs in (("events", TaskEvent, events), ("attempts", Attempt, attempts),
                               ("costs", CostEntry, cost_entries), ("outbox", CallbackDelivery,
                                                                    [delivery] if delivery else [])):
@@ -166,6 +179,9 @@ def _one_statement(task, expected, fields, events, attempts, cost_entries):
                          f"{returning})")
             params.append(rowsql.rows_json(model, objs))
     parts.append(" SELECT (SELECT count(*) FROM moved)" + (", (SELECT id FROM outbox)" if delivery else ""))
+    if delivery is not None and first_try:
+        parts.append(", (SELECT secret FROM routing_callersecret WHERE caller_id = %s)")
+        params.append(task.caller_id)
     return "".join(parts), params, delivery
 
 
@@ -225,6 +241,16 @@ class Deferred:
         cost_counters_pipe(pipe, self.costs)
         for message in self.announcements:
             pipe.publish(TASK_CHANNEL, message)
+
+    async def asend(self) -> None:
+        """``send`` on the engine loop, in the round trip of the loop's other commands (``engine.redis_pipelined``)."""
+        try:
+            replies = await engine.redis_pipelined(self.add_to)
+        except Exception:  # as in send: best effort
+            logger.warning("could not send a transition's announcement and cost counters", exc_info=True)
+            return
+        if any(isinstance(reply, Exception) for reply in replies):
+            logger.warning("a transition's announcement or cost counter was refused by Redis")
 
     def send(self) -> None:
         from routing.snapshot import redis_client

@@ -25,6 +25,7 @@ class Receiver:
         self.failures = failures
         self.calls = 0
         self.received: list[tuple[bytes, dict]] = []
+        self.tries: list[tuple[bytes, dict]] = []  # every delivery, refused ones too
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +35,7 @@ class Receiver:
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.calls += 1
+                receiver.tries.append((raw, dict(self.headers)))
                 if receiver.calls <= receiver.failures:
                     self.send_response(500)
                 else:
@@ -134,6 +136,29 @@ def test_callback_delivered_once_after_two_failures_with_valid_signature(api, ru
     expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
     assert headers["X-Reach-Signature"] == expected
     assert CallbackDelivery.objects.get(pk=delivery.pk).attempts == 3
+
+
+def test_worker_tries_a_callback_with_the_outcome_and_every_try_signs_the_same_bytes(api, running_agents, receiver,
+                                                                                    user, celery_worker_proc):
+    """A worker's outcome statement writes the outbox row with its first try counted and reads the caller's
+    signing secret, so the first POST follows it directly; a retry reads the row back and sends the same bytes."""
+    running_agents(["order-agent"])
+    hook = receiver(failures=1)
+    for key in ("first-1", "first-2"):  # the caller's first delivery makes its secret; the second's is read
+        api.post("/api/v1/invoke", {**ORDER, "mode": "async", "request_id": key, "callback_url": hook.url},
+                 format="json")
+        wait_until(lambda key=key: CallbackDelivery.objects.filter(task__request_id=key, status="delivered").exists(),
+                   timeout=30, message=f"delivery of {key}")
+    first, second = (CallbackDelivery.objects.get(task__request_id=key) for key in ("first-1", "first-2"))
+    assert (first.attempts, second.attempts) == (2, 1)
+    assert [e["to_status"] for e in api.get("/api/v1/tasks/first-2").json()["events"]] == [
+        "pending", "routed", "running", "succeeded"]
+    secret = CallerSecret.objects.get(caller=user).secret
+    assert len(hook.tries) == 3 and hook.tries[0][0] == hook.tries[1][0]  # the refused try and its retry
+    for raw, headers in hook.tries:
+        assert headers["X-Reach-Signature"] == "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    bodies = [json.loads(raw) for raw, _ in hook.received]
+    assert [(b["request_id"], b["status"]) for b in bodies] == [("first-1", "succeeded"), ("first-2", "succeeded")]
 
 
 def test_failing_receiver_is_dead_lettered_then_replayed_from_admin(api, admin_client, running_agents, receiver,

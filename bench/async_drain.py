@@ -47,6 +47,22 @@ class Receiver:
         self.last_at = time.perf_counter()
 
 
+def _counts() -> tuple[int, int]:
+    """PostgreSQL's committed and rolled-back transactions in this database and Redis's commands processed so far
+    (PostgreSQL counts a backend's after it ends or idles a second: read once the processes are gone)."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    time.sleep(1.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+        transactions = cursor.fetchone()[0]
+    commands = redis.Redis.from_url(settings.REDIS_URL).info("stats")["total_commands_processed"]
+    return transactions, commands
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=2000)
@@ -94,6 +110,7 @@ def main() -> None:
                      workers=lambda: [pid for w in workers for pid in CpuMeter.process_group(w.pid)()],
                      agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
                      redis=CpuMeter.named("redis-server"))
+    counts_before = _counts()
     try:
         meter.start()
         t0, submit_s, submitted = asyncio.run(scenario())
@@ -102,6 +119,9 @@ def main() -> None:
     finally:
         for proc in (web, agents, *workers):
             os.killpg(proc.pid, signal.SIGTERM)
+        for proc in (web, agents, *workers):
+            proc.wait(30)
+    counts = [(after - before) / max(1, submitted.ok) for before, after in zip(counts_before, _counts(), strict=True)]
     executions = stats["executions"]
     figures = {
         "tasks": args.tasks, "latency_ms": args.latency_ms, "worker_concurrency": args.worker_concurrency,
@@ -113,6 +133,9 @@ def main() -> None:
         "duplicate_callbacks": sum(1 for n in receiver.received.values() if n > 1),
         "peak_in_flight": stats.get("max_in_flight"),
         "cpu_ms_per_task": cpu,
+        # what a task costs in round trips, whatever the machine's speed: PostgreSQL transactions (a statement
+        # outside a transaction is one) and Redis commands, per task, over the whole run
+        "postgres_transactions_per_task": round(counts[0], 2), "redis_commands_per_task": round(counts[1], 2),
     }
     figures["interpreter"] = interpreter()
     print(json.dumps(figures))

@@ -114,9 +114,10 @@ def claim(fields: dict) -> tuple[Task, bool]:
     if fields["callback_url"]:
         check_callback_url(fields["callback_url"])  # resolves the host: done here, off the event loop
     for row in _keyed(fields):
-        inserted = rowsql.fetch(_CLAIM_SQL[row.mode == "async"], [rowsql.rows_json(Task, [row])])
+        claimed = rowsql.rows_json(Task, [row])
+        inserted = rowsql.fetch(_CLAIM_SQL[row.mode == "async"], [claimed])
         if inserted:
-            return _claimed(row, inserted[0][0]), True
+            return _claimed(row, inserted[0][0], claimed), True
         if (mine := _own_task(fields)) is not None:  # a concurrent duplicate won the insert: answer from it
             return mine, False
     raise _no_key()
@@ -143,13 +144,20 @@ def _keyed(fields: dict):
         yield Task(**fields, key=key)
 
 
-def _claimed(row: Task, pk: int) -> Task:
+CARRIED_ROW_MAX = 16_384  # bytes of a claimed async task's row that its Celery message carries (``run_queued``)
+
+
+def _claimed(row: Task, pk: int, claimed: str = "") -> Task:
+    """The claimed task; an async one is queued for a worker when the claim commits, its message carrying the
+    row as inserted (``claimed``, the claim's JSON) unless it is large (a big payload): the worker's first
+    statement is then the compare-and-set that takes the task, not a read of it."""
     row.pk = pk
     row._state.adding, row._state.db = False, "default"
     if row.mode == "async":
         from routing.tasks import execute_task
 
-        transaction.on_commit(partial(execute_task.delay, row.pk))
+        carried = claimed if len(claimed) <= CARRIED_ROW_MAX else None
+        transaction.on_commit(partial(execute_task.delay, row.pk, carried))
     return row
 
 
@@ -310,8 +318,26 @@ def _resume_lost(row: Task) -> Task | str:
     return row
 
 
-async def run_queued(task_id: int) -> str:
-    """Carry out an async task in a worker: the same path as a sync invoke."""
+class _NotTaken(Exception):
+    """A run from the row its message carried did not take the task (``run(take=True)``): another run took or
+    settled it, or its plan needs more than the loop; the lease decides instead."""
+
+
+async def run_queued(task_id: int, claimed: str | None = None) -> str:
+    """Carry out an async task in a worker: the same path as a sync invoke. ``claimed``: the task's row as its
+    claim inserted it (carried by the message; ``_claimed``): a run of a capability named and planned on the
+    loop then takes the task with its RUNNING checkpoint, one statement, instead of leasing it first. Whatever
+    that run cannot take (a redelivery, a task another run holds or settled) goes through the lease."""
+    if claimed is not None:
+        carried = rowsql.from_rows_json(Task, claimed, task_id)
+        try:
+            carried = await run(carried, traceparent=(carried.options or {}).get("traceparent", ""), take=True)
+        except _NotTaken:
+            pass
+        except ApplicationError as exc:  # already recorded on the task by run
+            return exc.code
+        else:
+            return carried.status
     row = await _lease(task_id)
     if isinstance(row, str):
         return row
@@ -378,10 +404,15 @@ def _plan_on_loop(row: Task, timeline: Timeline, traceparent: str, snap: snapsho
     return _plan(row, timeline, traceparent, resolution=resolution, budget_known_absent=True, checkpoint=False)
 
 
-async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None) -> Task:
+async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool = False, on_step=None,
+              take: bool = False) -> Task:
+    """``take``: an async task's row as its message carried it, not yet leased: planned on the loop and taken by
+    its RUNNING checkpoint, or ``_NotTaken`` before any agent is called."""
     timeline = Timeline(row, events=events)
     admitted = None
     snap = _on_loop_snapshot(row)
+    if take and (snap is None or not timeline.on_loop()):
+        raise _NotTaken
     # a request naming its capability: its version and the order of its instances are known before the caller's
     # admission, so the call's admission to an instance comes in the same round trip
     picked = resolver.pick_named(snap, row.capability_requested) if snap else None
@@ -399,12 +430,16 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
     try:
         try:
             plan = _plan_on_loop(row, timeline, traceparent, snap, admitted, picked) if snap else None
+            if take and not (isinstance(plan, Plan) and plan.checkpoint):
+                raise _NotTaken
             if not isinstance(plan, Plan):
                 plan = await engine.db(_plan, row, timeline, traceparent, admitted and admitted.generation, plan)
         except ApplicationError as exc:  # refused before any agent was called: input, cycle, budget
             await engine.db(_refuse, timeline, exc)
             raise
-        if plan.checkpoint and not await _checkpoint(timeline):
+        if plan.checkpoint and not await _checkpoint(timeline, take=take):
+            if take:
+                raise _NotTaken
             return plan.row  # settled meanwhile (reaped, cancelled): nothing to call
         if plan.ctx is None:
             return plan.row
@@ -435,9 +470,15 @@ async def run(row: Task, *, traceparent: str = "", events=(), quota_held: bool =
         await asyncio.shield(admission.caller_release(row.caller_id, after=after, release=not quota_held))
 
 
-async def _checkpoint(timeline: Timeline) -> bool:
+async def _checkpoint(timeline: Timeline, *, take: bool = False) -> bool:
     """An async run planned on the loop commits RUNNING before its agent call: one statement awaited here, or the
-    transaction in a database thread when more is due (``Timeline.on_loop``). False: settled meanwhile."""
+    transaction in a database thread when more is due (``Timeline.on_loop``). False: settled meanwhile. ``take``
+    (``run``; on the loop only): the same statement takes the task's lease, unless a worker holds it."""
+    if take:
+        now = timezone.now()
+        timeline.task.claimed_at = now
+        return await timeline.acommit(fields=(*CHECKPOINT_FIELDS, "claimed_at"),
+                                      lease_before=now - timedelta(seconds=_reach("TASK_LEASE_S")))
     if timeline.on_loop():
         return await timeline.acommit(fields=CHECKPOINT_FIELDS)
     return await engine.db(partial(timeline.commit, fields=CHECKPOINT_FIELDS))

@@ -14,13 +14,15 @@ import datetime
 import decimal
 import json
 from functools import cache
-from typing import cast
+from typing import TypeVar, cast
 
 import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, models
 
 from reach_platform import engine, jsonsafe
+
+M = TypeVar("M", bound=models.Model)
 
 
 @cache
@@ -106,6 +108,19 @@ def _json_text(value, nullable: bool) -> str | None:
 def returning(model: type[models.Model]) -> str:
     """``RETURNING`` every concrete column of ``model``, in the order ``instance`` reads them."""
     return "RETURNING " + ", ".join(connection.ops.quote_name(str(f.column)) for f in model._meta.concrete_fields)
+
+
+def from_rows_json(model: type[M], text: str, pk) -> M:
+    """The instance whose row ``rows_json`` wrote (its only row) and the INSERT saved under ``pk``, as a query would
+    have loaded it: each value parsed by its field."""
+    (row,) = json.loads(text)
+    names, values = ["pk"], [pk]
+    for attname, column, field in _columns(model):
+        names.append(attname)
+        values.append(row[column] if isinstance(field, models.JSONField) else field.to_python(row[column]))
+    obj = model(**dict(zip(names, values, strict=True)))
+    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+    return obj
 
 
 def instance(model: type[models.Model], values: tuple):

@@ -48,13 +48,14 @@ def sweep_outbox() -> int:
 
 
 @shared_task(acks_late=True)
-def execute_task(task_id: int) -> str:
+def execute_task(task_id: int, claimed: str | None = None) -> str:
     """An async task: run on this worker's engine loop. The message is acked when the run ends (acks late), so
-    a worker killed mid-task gets it redelivered; the task's lease decides what a redelivery does."""
+    a worker killed mid-task gets it redelivered; the task's lease decides what a redelivery does. ``claimed``:
+    the task's row as claimed (``routing.invoke.run_queued``)."""
     from reach_platform import engine
     from routing.invoke import run_queued
 
-    return engine.run(run_queued(task_id))
+    return engine.run(run_queued(task_id, claimed))
 
 
 @shared_task(acks_late=True)

@@ -111,13 +111,14 @@ class Timeline:
                     or engine.in_caller_thread())
 
     async def acommit(self, *, fields: Iterable[str] = (), attempts=(), cost_entries=(),
-                      defer: Deferred | None = None) -> bool:
+                      defer: Deferred | None = None, lease_before=None) -> bool:
         """``commit`` awaited on the engine loop, its one statement on the loop's own connections (only when
-        ``on_loop()``): the same compare-and-set and rows, with no thread hop."""
+        ``on_loop()``): the same compare-and-set and rows, with no thread hop. ``lease_before`` (a datetime):
+        also take the task's lease (``claimed_at``), only if no other worker took it since then."""
         task = self.task
         task.updated_at = timezone.now()
         sql, params, delivery = _one_statement(task, [self.started_from], list(fields), self.events, attempts,
-                                               cost_entries, first_try=True)
+                                               cost_entries, first_try=True, lease_before=lease_before)
         answer = (await rowsql.afetch(sql, params))[0]
         if not answer[0]:
             await engine.db(task.refresh_from_db)
@@ -151,22 +152,25 @@ class Timeline:
         self.events = []
 
 
-def _one_statement(task, expected, fields, events, attempts, cost_entries, *, first_try: bool = False):
+def _one_statement(task, expected, fields, events, attempts, cost_entries, *, first_try: bool = False,
+                   lease_before=None):
     """The same writes as the transaction in ``commit``, as one statement (one round trip, its own
     transaction): the compare-and-set UPDATE and, only when it matched, the INSERTs of the events, attempts,
     cost entries and the callback outbox row, each table's rows passed as one JSON parameter
     (``routing.rowsql``). Used outside transactions and without a ``guard`` only. Returns (sql, params, the
     outbox row or None); the statement answers (moved, outbox id). ``first_try`` (the engine loop tries the
     delivery at once, ``callbacks.dispatch_first``): the outbox row is written with its first try counted and
-    the statement also answers the caller's signing secret, so that try starts without a statement of its own."""
+    the statement also answers the caller's signing secret, so that try starts without a statement of its own.
+    ``lease_before``: the set also requires that no worker took the task's lease (``claimed_at``) since then."""
     from ledger.models import CostEntry
     from routing.callbacks import outbox_row
     from routing.models import CallbackDelivery
 
     assignments, values = rowsql.update_values(Task, task, ["status", "updated_at", *fields])
+    lease = " AND (claimed_at IS NULL OR claimed_at < %s)" if lease_before is not None else ""
     parts = [f"WITH moved AS (UPDATE routing_task SET {assignments} "
-             f"WHERE id = %s AND status = ANY(%s) RETURNING id)"]
-    params = [*values, task.pk, expected]
+             f"WHERE id = %s AND status = ANY(%s){lease} RETURNING id)"]
+    params = [*values, task.pk, expected, *([lease_before] if lease_before is not None else [])]
     delivery = outbox_row(task) if task.status in TERMINAL else None
     if delivery is not None and first_try:
         delivery.attempts = 1

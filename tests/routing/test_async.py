@@ -241,6 +241,46 @@ def test_worker_killed_mid_task(api, running_agents, celery_worker_proc, capabil
         assert agents.stats(agent)["executions"][rid] == 1
 
 
+def _queue_drained() -> bool:
+    from reach_platform.celery import app
+
+    with app.connection_for_read() as conn:
+        client = conn.default_channel.client
+        return client.llen("celery") == 0 and client.hlen("unacked") == 0
+
+
+def test_messages_carrying_the_row_take_the_task_once(api, running_agents, request):
+    """An async task's message carries its row as claimed, and the worker takes the task with the RUNNING
+    checkpoint itself (one compare-and-set that also takes the lease) instead of leasing it first. The same task
+    queued three more times while its agent answers slowly (twice carrying the row, once by its id alone, as
+    before) still runs once, and a message that comes after it settled changes nothing."""
+    from routing import rowsql
+    from routing.tasks import execute_task
+
+    agents = running_agents(["order-agent"])
+    request.getfixturevalue("celery_worker_proc")
+    # a worker's first task is planned in a database thread (it builds the routing snapshot), after a lease
+    api.post("/api/v1/invoke", {**ORDER, "mode": "async", "request_id": "warm-up"}, format="json")
+    wait_until(lambda: _status("warm-up") == "succeeded", timeout=30, message="the first task")
+    agents.set_faults("order-agent", latency_ms=1500)
+    api.post("/api/v1/invoke", {**ORDER, "mode": "async", "request_id": "dup-msg"}, format="json")
+    task = Task.objects.get(request_id="dup-msg")
+    carried = rowsql.rows_json(Task, [task], add=False)
+    for args in ((task.pk, carried), (task.pk, carried), (task.pk,)):  # while the first runs
+        execute_task.apply_async(args)
+    wait_until(lambda: _status("dup-msg") == "succeeded" and _queue_drained(), timeout=40, message="the messages")
+    assert agents.stats("order-agent")["executions"]["dup-msg"] == 1
+    task.refresh_from_db()
+    events = list(task.events.order_by("at", "id"))
+    assert [e.to_status for e in events] == ["pending", "routed", "running", "succeeded"]
+    assert task.claimed_at >= events[2].at  # taken by its checkpoint: a lease taken first would be older
+    execute_task.apply_async((task.pk, carried))
+    wait_until(_queue_drained, timeout=20, message="the late message")
+    assert agents.stats("order-agent")["executions"]["dup-msg"] == 1
+    assert [e.to_status for e in task.events.order_by("at", "id")] == ["pending", "routed", "running", "succeeded"]
+    assert _status("dup-msg") == "succeeded"
+
+
 def test_http_async_agent_without_callbacks_is_polled_at_its_status_url(api, running_agents):
     from registry.models import Instance
     from routing.services import tasks_poll

@@ -16,6 +16,20 @@ def test_the_app_uses_the_transport():
         assert isinstance(connection.default_channel, Channel)
 
 
+def test_the_pool_threads_share_one_result_backend():
+    """Celery's tracer reads the task's backend on every task; a thread pool's threads share one (there is no
+    result backend to hold state) instead of each building its own."""
+    import threading
+
+    seen = [app.backend]
+    threads = [threading.Thread(target=lambda: seen.append(app.backend)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(backend) for backend in seen}) == 1
+
+
 def test_a_channel_reuses_its_client_until_its_pool_is_replaced():
     with Connection(app.conf.broker_url, transport=Transport) as connection:
         channel = connection.default_channel

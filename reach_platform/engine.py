@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -179,6 +179,7 @@ class _LoopClients:
     pg: asyncio.Task | None = None  # opens the psycopg AsyncConnectionPool (awaited by every user)
     gate: asyncio.Semaphore | None = None  # the invoke gate's slots (``gate``)
     pipeliner: Any = None  # _Pipeliner over ``redis``
+    batchers: dict = field(default_factory=dict)  # ``batched``: a _Batcher per name
 
     async def close_late_opened(self) -> None:
         if self.agent_session is not None:
@@ -276,7 +277,55 @@ def redis():
     return _clients_here().redis
 
 
-class _Pipeliner:
+class _Raised:
+    """One item's own failure among a batch's results: its caller raises ``exc``; the other items' stand."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+class _Batcher:
+    """Items of a loop's concurrent requests handed to one function together: an item goes at once when no batch
+    is out; those that come while one is out go as the next batch. ``run`` (async, a list of items) returns each
+    item's result in order (a ``_Raised`` for an item that failed on its own); when it raises, every item of that
+    batch fails with it, and no other batch does."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self.queue: list[tuple[Any, asyncio.Future]] = []
+        self.sender: asyncio.Task | None = None
+
+    async def add(self, item):
+        future = asyncio.get_running_loop().create_future()
+        self.queue.append((item, future))
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue:
+                batch, self.queue = self.queue, []
+                try:
+                    results = await self.run([item for item, _ in batch])
+                except Exception as exc:  # the batch's call itself (a connection): each of its items hears it
+                    results = [_Raised(exc)] * len(batch)
+                except BaseException:
+                    for _, future in batch:
+                        future.cancel()
+                    raise
+                for (_, future), result in zip(batch, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, _Raised):
+                        future.set_exception(result.exc)
+                    else:
+                        future.set_result(result)
+        finally:
+            self.sender = None
+
+
+class _Pipeliner(_Batcher):
     """The invoke path's Redis commands, of all of a loop's requests, sent together (auto-pipelining, as ioredis
     does it; redis-py has no such mode: redis/redis-py#3767). A command goes at once when nothing is on the
     wire; the commands that come while a batch is out queue and go as the next batch, one pipeline. Under load
@@ -286,49 +335,41 @@ class _Pipeliner:
     commands' replies, errors included: one request's failing command does not fail another's."""
 
     def __init__(self, client) -> None:
+        super().__init__(self._pipeline)
         self.client = client
-        self.queue: list[tuple[Any, asyncio.Future]] = []
-        self.sender: asyncio.Task | None = None
 
     async def send(self, add) -> list:
         """The replies of the commands that ``add(pipeline)`` puts on a pipeline (an error reply as its
         exception, in place); a connection failure raises."""
-        future = asyncio.get_running_loop().create_future()
-        self.queue.append((add, future))
-        if self.sender is None:
-            self.sender = asyncio.get_running_loop().create_task(self._drain())
-        return await future
+        return await self.add(add)
 
-    async def _drain(self) -> None:
-        try:
-            while self.queue:
-                batch, self.queue = self.queue, []
-                pipe = self.client.pipeline(transaction=False)
-                spans = []
-                for add, future in batch:
-                    first = len(pipe)
-                    try:
-                        add(pipe)
-                    except Exception as exc:  # this request's own mistake: the others' commands still go
-                        del pipe.command_stack[first:]
-                        future.set_exception(exc)
-                    spans.append((first, len(pipe)))
-                try:
-                    replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
-                except Exception as exc:  # the connection: every request of the batch hears it
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                except BaseException:
-                    for _, future in batch:
-                        future.cancel()
-                    raise
-                for (_, future), (first, end) in zip(batch, spans, strict=True):
-                    if not future.done():
-                        future.set_result(replies[first:end])
-        finally:
-            self.sender = None
+    async def _pipeline(self, adds: list) -> list:
+        pipe = self.client.pipeline(transaction=False)
+        spans: list[tuple[int, int] | _Raised] = []
+        for add in adds:
+            first = len(pipe)
+            try:
+                add(pipe)
+            except Exception as exc:  # this request's own mistake: the others' commands still go
+                del pipe.command_stack[first:]
+                spans.append(_Raised(exc))
+            else:
+                spans.append((first, len(pipe)))
+        replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
+        return [span if isinstance(span, _Raised) else replies[span[0]:span[1]] for span in spans]
+
+
+async def batched(name: str, run, item) -> None:
+    """Hand ``item`` to ``run`` (an async function of a list of items) with the items that this loop's other
+    requests hand to the same ``name`` meanwhile (``_Batcher``); raises what ``run`` raised for its batch."""
+    batchers = _clients_here().batchers
+    if name not in batchers:
+        async def each(items: list) -> list:
+            await run(items)
+            return [None] * len(items)
+
+        batchers[name] = _Batcher(each)
+    await batchers[name].add(item)
 
 
 async def redis_pipelined(add) -> list:

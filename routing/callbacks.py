@@ -164,7 +164,14 @@ FROM d JOIN routing_task t ON t.id = d.task_id
 LEFT JOIN routing_callersecret s ON s.caller_id = t.caller_id
 LEFT JOIN routing_a2apushconfig p ON p.id = d.push_config_id"""
 _DELIVERED = ("UPDATE routing_callbackdelivery SET status = 'delivered', delivered_at = %s, last_error = '' "
-              "WHERE id = %s")
+              "WHERE id = ANY(%s)")
+
+
+async def _receipts(delivery_ids: list[int]) -> None:
+    """Mark deliveries delivered: the receipts of a loop's concurrent deliveries, one statement a batch."""
+    from routing import rowsql
+
+    await rowsql.afetch(_DELIVERED, [timezone.now(), delivery_ids])
 
 
 async def _attempt_start_on_loop(delivery_id: int):
@@ -190,9 +197,9 @@ async def deliver(delivery_id: int, *, first: tuple[CallbackDelivery, str | None
     """One try of a delivery (signed POST, no redirects): delivered, or retried later with back-off by a
     worker (CALLBACK_RETRIES times), then dead-lettered. True when delivered (or nothing left to do). The
     bookkeeping of a try that succeeds is two statements on the loop; one for a first try the outcome's
-    statement counted already (``first``: the unsaved-as-such row and the caller's secret it read)."""
+    statement counted already (``first``: the unsaved-as-such row and the caller's secret it read), and the
+    receipts of concurrent deliveries share theirs (``engine.batched``)."""
     from reach_platform import engine
-    from routing import rowsql
 
     start = await (_first_start(*first) if first is not None else _attempt_start_on_loop(delivery_id))
     if start is None:
@@ -208,7 +215,7 @@ async def deliver(delivery_id: int, *, first: tuple[CallbackDelivery, str | None
     except (engine.CallTimeout, engine.ConnectFailed) as exc:
         ok, error = False, str(exc)[:300]
     if ok and not engine.in_caller_thread():
-        await rowsql.afetch(_DELIVERED, [timezone.now(), delivery_id])
+        await engine.batched("callback-receipts", _receipts, delivery_id)
     else:
         await engine.db(_attempt_end, delivery_id, ok, error, attempts)
     return ok

@@ -208,3 +208,47 @@ def test_concurrent_requests_commands_share_round_trips_and_keep_their_own_repli
             assert isinstance(reply[3], Exception)
     assert sorted(int(r[0]) for r in replies)[-1] == sum(range(1, 101))  # every increment went through once
     redis_client().delete(f"{base}:n", f"{base}:text", *[f"{base}:{k}" for k in range(1, 101)])
+
+
+def test_concurrent_requests_items_go_in_batches_and_a_failed_batch_fails_only_its_own():
+    """``engine.batched`` hands the items that come while a batch is out to one call as the next batch (callback
+    receipts: one UPDATE for many deliveries); a batch whose call fails fails its own items only."""
+    import asyncio
+
+    from reach_platform import engine
+    from tests.helpers import run_async
+
+    calls: list[list[int]] = []
+    name = f"test-batched-{next(_ids)}"
+
+    async def run(items: list[int]) -> None:
+        calls.append(items)
+        await asyncio.sleep(0.01)
+        if -1 in items:  # a poisoned batch
+            raise ValueError("refused")
+
+    async def one(k: int):
+        try:
+            await engine.batched(name, run, k)
+        except ValueError:
+            return k
+        return None
+
+    async def many():
+        first = [asyncio.ensure_future(one(k)) for k in range(50)]
+        await asyncio.sleep(0.002)  # the first 50 are out
+        return await asyncio.gather(*first, *(one(k) for k in range(50, 100)))
+
+    failed = [k for k in run_async(many()) if k is not None]
+    assert calls == [list(range(50)), list(range(50, 100))]  # those that came while a batch was out: the next
+    assert failed == []
+    calls.clear()
+
+    async def more():
+        first = [asyncio.ensure_future(one(k)) for k in range(10)]
+        await asyncio.sleep(0.002)
+        return await asyncio.gather(*first, *(one(k) for k in [-1, *range(10, 20)]))
+
+    failed = [k for k in run_async(more()) if k is not None]
+    assert calls == [list(range(10)), [-1, *range(10, 20)]]
+    assert failed == [-1, *range(10, 20)]  # the poisoned batch failed, the one before it did not

@@ -154,10 +154,10 @@ def _claimed(row: Task, pk: int, claimed: str = "") -> Task:
     row.pk = pk
     row._state.adding, row._state.db = False, "default"
     if row.mode == "async":
-        from routing.tasks import execute_task
+        from routing.tasks import CLAIMED_HEADER, execute_task
 
-        carried = claimed if len(claimed) <= CARRIED_ROW_MAX else None
-        transaction.on_commit(partial(execute_task.delay, row.pk, carried))
+        headers = {CLAIMED_HEADER: claimed} if claimed and len(claimed) <= CARRIED_ROW_MAX else None
+        transaction.on_commit(partial(execute_task.apply_async, (row.pk,), headers=headers))
     return row
 
 

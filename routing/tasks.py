@@ -47,15 +47,20 @@ def sweep_outbox() -> int:
     return outbox_sweep()
 
 
-@shared_task(acks_late=True)
-def execute_task(task_id: int, claimed: str | None = None) -> str:
+CLAIMED_HEADER = "reach_claimed"  # a message header: the task's row as claimed (``routing.invoke._claimed``)
+
+
+@shared_task(bind=True, acks_late=True)
+def execute_task(self, task_id: int) -> str:
     """An async task: run on this worker's engine loop. The message is acked when the run ends (acks late), so
-    a worker killed mid-task gets it redelivered; the task's lease decides what a redelivery does. ``claimed``:
-    the task's row as claimed (``routing.invoke.run_queued``)."""
+    a worker killed mid-task gets it redelivered; the task's lease decides what a redelivery does. The message's
+    ``reach_claimed`` header, when it has one, carries the task's row as claimed (``routing.invoke.run_queued``):
+    a header, not an argument, so that workers and web processes of two releases understand each other's
+    messages during a rolling deploy (one that does not know the header runs the task by its id)."""
     from reach_platform import engine
     from routing.invoke import run_queued
 
-    return engine.run(run_queued(task_id, claimed))
+    return engine.run(run_queued(task_id, getattr(self.request, CLAIMED_HEADER, None)))
 
 
 @shared_task(acks_late=True)

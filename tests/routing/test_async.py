@@ -250,12 +250,13 @@ def _queue_drained() -> bool:
 
 
 def test_messages_carrying_the_row_take_the_task_once(api, running_agents, request):
-    """An async task's message carries its row as claimed, and the worker takes the task with the RUNNING
-    checkpoint itself (one compare-and-set that also takes the lease) instead of leasing it first. The same task
-    queued three more times while its agent answers slowly (twice carrying the row, once by its id alone, as
-    before) still runs once, and a message that comes after it settled changes nothing."""
+    """An async task's message carries its row as claimed (a header), and the worker takes the task with the
+    RUNNING checkpoint itself (one compare-and-set that also takes the lease) instead of leasing it first. The
+    same task queued three more times while its agent answers slowly (twice carrying the row, once by its id
+    alone, as a web process of the release before sends it) still runs once, and a message that comes after it
+    settled changes nothing."""
     from routing import rowsql
-    from routing.tasks import execute_task
+    from routing.tasks import CLAIMED_HEADER, execute_task
 
     agents = running_agents(["order-agent"])
     request.getfixturevalue("celery_worker_proc")
@@ -266,15 +267,15 @@ def test_messages_carrying_the_row_take_the_task_once(api, running_agents, reque
     api.post("/api/v1/invoke", {**ORDER, "mode": "async", "request_id": "dup-msg"}, format="json")
     task = Task.objects.get(request_id="dup-msg")
     carried = rowsql.rows_json(Task, [task], add=False)
-    for args in ((task.pk, carried), (task.pk, carried), (task.pk,)):  # while the first runs
-        execute_task.apply_async(args)
+    for headers in ({CLAIMED_HEADER: carried}, {CLAIMED_HEADER: carried}, None):  # while the first runs
+        execute_task.apply_async((task.pk,), headers=headers)
     wait_until(lambda: _status("dup-msg") == "succeeded" and _queue_drained(), timeout=40, message="the messages")
     assert agents.stats("order-agent")["executions"]["dup-msg"] == 1
     task.refresh_from_db()
     events = list(task.events.order_by("at", "id"))
     assert [e.to_status for e in events] == ["pending", "routed", "running", "succeeded"]
     assert task.claimed_at >= events[2].at  # taken by its checkpoint: a lease taken first would be older
-    execute_task.apply_async((task.pk, carried))
+    execute_task.apply_async((task.pk,), headers={CLAIMED_HEADER: carried})
     wait_until(_queue_drained, timeout=20, message="the late message")
     assert agents.stats("order-agent")["executions"]["dup-msg"] == 1
     assert [e.to_status for e in task.events.order_by("at", "id")] == ["pending", "routed", "running", "succeeded"]

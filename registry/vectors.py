@@ -13,6 +13,7 @@ took 317 s with it and 146 s with the index over their 10,000 centroids alone (t
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
 from django.db import connection
@@ -63,43 +64,98 @@ def vector_to_bytes(vector: np.ndarray) -> bytes:
 
 
 class VectorCache:
-    """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity when
-    PostgreSQL does not compute it. A version's vectors never change for an embedder; least recently used
-    versions are dropped past ``max_versions``."""
+    """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity. A
+    version's vectors never change for an embedder; least recently used versions are dropped past ``max_bytes``
+    (``REACH_VECTOR_CACHE_MB``)."""
 
-    def __init__(self, kinds: tuple[str, ...], max_versions: int = 5000):
+    def __init__(self, kinds: tuple[str, ...], max_bytes: int | None = None):
         from collections import OrderedDict
 
         self.kinds = kinds
-        self.max_versions = max_versions
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._rows: OrderedDict[tuple[int, str], dict[str, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()  # the resolver's threads share one cache
 
-    def get(self, version_ids: list[int], embedder: str) -> dict[int, dict[str, np.ndarray]]:
+    @property
+    def max_bytes(self) -> int:
+        if self._max_bytes is not None:
+            return self._max_bytes
+        from django.conf import settings
+
+        return int(settings.REACH["VECTOR_CACHE_MB"] * 2 ** 20)
+
+    def _fetch(self, version_ids: list[int], embedder: str) -> dict[tuple[int, str], dict[str, np.ndarray]]:
         from registry.models import CapabilityVector
 
-        missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
-        if missing:
-            grouped: dict[int, dict[str, list]] = {vid: {} for vid in missing}
-            for vid, kind, raw in CapabilityVector.objects.filter(
-                    version_id__in=missing, embedder=embedder, kind__in=self.kinds).values_list(
-                    "version_id", "kind", embedding_bytes()):
-                grouped[vid].setdefault(kind, []).append(vector_from_bytes(raw))
-            for vid, kinds in grouped.items():
-                mats = {}
-                for kind, rows in kinds.items():
-                    mat = np.stack(rows)
-                    mats[kind] = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
-                self._rows[(vid, embedder)] = mats
+        grouped: dict[int, dict[str, list]] = {}  # a version with no vectors stored yet is not cached as such
+        for vid, kind, raw in CapabilityVector.objects.filter(
+                version_id__in=version_ids, embedder=embedder, kind__in=self.kinds).values_list(
+                "version_id", "kind", embedding_bytes()):
+            grouped.setdefault(vid, {}).setdefault(kind, []).append(vector_from_bytes(raw))
         out = {}
-        for vid in version_ids:
-            self._rows.move_to_end((vid, embedder))
-            out[vid] = self._rows[(vid, embedder)]
-        while len(self._rows) > self.max_versions:
-            self._rows.popitem(last=False)
+        for vid, kinds in grouped.items():
+            mats = {}
+            for kind, rows in kinds.items():
+                mat = np.stack(rows)
+                mats[kind] = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
+            out[(vid, embedder)] = mats
         return out
 
+    def _add(self, key: tuple[int, str], mats: dict[str, np.ndarray]) -> None:
+        if key not in self._rows:
+            self._rows[key] = mats
+            self._bytes += sum(m.nbytes for m in mats.values())
+
+    def _trim(self) -> None:
+        while self._bytes > self.max_bytes and self._rows:
+            _, mats = self._rows.popitem(last=False)
+            self._bytes -= sum(m.nbytes for m in mats.values())
+
+    def get(self, version_ids: list[int], embedder: str, fetch: bool = True) -> dict[int, dict[str, np.ndarray]]:
+        """The vectors of ``version_ids``: those not cached are read from the database (one query) when
+        ``fetch``, else left out."""
+        with self._lock:
+            missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
+        fetched = self._fetch(missing, embedder) if missing and fetch else {}
+        out = {}
+        with self._lock:
+            for key, mats in fetched.items():
+                self._add(key, mats)
+            for vid in version_ids:
+                held = self._rows.get((vid, embedder))
+                if held is not None:
+                    self._rows.move_to_end((vid, embedder))
+                    out[vid] = held
+            self._trim()
+        return out
+
+    def preload(self, version_ids: list[int], embedder: str, chunk: int = 500) -> None:
+        """Read the vectors of ``version_ids`` not cached yet, as far as the budget goes (a registry that fits is
+        held whole; a bigger one keeps what its traffic reads). Nothing cached is dropped for them."""
+        with self._lock:
+            missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
+        while missing:
+            with self._lock:
+                room = self.max_bytes - self._bytes
+                average = self._bytes / len(self._rows) if self._rows else 0.0
+            # as many versions as look like fitting: a full cache reads nothing on a rebuild
+            take = min(chunk, int(room // average)) if average else chunk
+            if room <= 0 or take <= 0:
+                return
+            fetched = self._fetch(missing[:take], embedder)
+            missing = missing[take:]
+            with self._lock:
+                for key, mats in fetched.items():
+                    if self._bytes + sum(m.nbytes for m in mats.values()) > self.max_bytes:
+                        return
+                    self._add(key, mats)
+                    self._rows.move_to_end(key, last=False)  # behind what traffic read: dropped first
+
     def clear(self) -> None:
-        self._rows.clear()
+        with self._lock:
+            self._rows.clear()
+            self._bytes = 0
 
 
 def create_hnsw_index_sql(dim: int) -> str:

@@ -88,7 +88,8 @@ class Snapshot:
 _lock = threading.Lock()
 _snapshot: Snapshot | None = None
 _centroids: dict[tuple[int, str], np.ndarray] = {}
-# example and negative-case vectors, for in-process similarity where PostgreSQL does not compute it
+# example and negative-case vectors, for the resolver's in-process scores of its best candidates (read with the
+# snapshot as far as REACH_VECTOR_CACHE_MB goes)
 TEXT_VECTORS = VectorCache(kinds=(VectorKind.EXAMPLE, VectorKind.NEGATIVE))
 
 
@@ -161,6 +162,7 @@ def _build(generation: str) -> Snapshot:
                    else default_calibration())
     head = Head.from_bytes(bytes(row.head)) if row and row.head else None
     centroid_ids, centroids = _centroid_matrix(list(versions), embedder_name())
+    TEXT_VECTORS.preload(list(versions), embedder_name())
     head_rows = {int(vid): i for i, vid in enumerate(head.version_ids)} if head is not None else {}
     return Snapshot(generation=generation, versions=versions, by_capability=by_capability,
                     calibration=calibration, keyword_index=keyword_index, head=head, head_rows=head_rows,

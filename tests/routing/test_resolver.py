@@ -52,3 +52,61 @@ def test_resolve_refuses_bad_input(api, registry_ready):
     assert api.post("/api/v1/resolve", {"capability": "no.such"}, format="json").status_code == 404
     r = api.post("/api/v1/resolve", {"capability": "document.summarize", "payload": {"text": 5}}, format="json")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_payload"
+
+
+def _stored_best(version_ids: list[int], query, embedder: str) -> dict[int, tuple[float, float]]:
+    """(best example, best negative case) cosine per version, from the stored vectors read back in numpy."""
+    import numpy as np
+
+    from registry.models import CapabilityVector
+    from registry.vectors import embedding_bytes, vector_from_bytes
+
+    best = {vid: [-1.0, -1.0] for vid in version_ids}
+    q = query / np.linalg.norm(query)
+    for vid, kind, raw in CapabilityVector.objects.filter(
+            version_id__in=version_ids, embedder=embedder, kind__in=["example", "negative"]).values_list(
+            "version_id", "kind", embedding_bytes()):
+        v = vector_from_bytes(raw)
+        slot = 0 if kind == "example" else 1
+        best[vid][slot] = max(best[vid][slot], float(v @ q / np.linalg.norm(v)))
+    return {vid: (a, b) for vid, (a, b) in best.items()}
+
+
+@pytest.mark.parametrize("compute", ["auto", "off"])
+def test_candidates_are_scored_in_process_as_postgresql_would_within_the_cache_budget(
+        compute, registry_ready, settings, django_assert_num_queries):
+    import numpy as np
+
+    from registry.embedding import get_embedder, normalize_text
+    from routing import resolver, snapshot
+
+    settings.REACH = {**settings.REACH, "PGVECTOR_COMPUTE": compute}
+    embedder = get_embedder()
+    ids = [v.pk for v in registry_ready]
+    query = resolver.embed_query(normalize_text("send a message to the on-call engineer that the database is down"))
+    expected = _stored_best(ids, query, embedder.name)
+    assert all(ex > -1.0 for ex, _ in expected.values()) and any(neg > -1.0 for _, neg in expected.values())
+
+    # a registry within the budget is read whole with the routing snapshot: scoring its candidates reads nothing
+    snapshot.current()
+    with django_assert_num_queries(0):
+        held = resolver.negative_and_example_similarity(ids, query, embedder.name)
+    assert set(held) == set(ids)
+    for vid in ids:
+        assert np.allclose(held[vid], expected[vid], atol=1e-5), (vid, held[vid], expected[vid])
+
+    # a budget that holds two versions: the snapshot reads two, and the others are scored by PostgreSQL (where it
+    # computes similarity) or read on demand, dropping the least recently used, with the same numbers
+    per_version = max(sum(m.nbytes for m in mats.values())
+                      for mats in snapshot.TEXT_VECTORS.get(ids, embedder.name).values())
+    settings.REACH = {**settings.REACH, "VECTOR_CACHE_MB": 2.5 * per_version / 2 ** 20}
+    snapshot.clear_caches()
+    snapshot.current()
+    assert len(snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)) == 2
+    with django_assert_num_queries(1):
+        small = resolver.negative_and_example_similarity(ids, query, embedder.name)
+    for vid in ids:
+        assert np.allclose(small[vid], expected[vid], atol=1e-5), (vid, small[vid], expected[vid])
+    cached = snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)
+    assert len(cached) == 2  # never more than the budget holds
+    assert sum(m.nbytes for mats in cached.values() for m in mats.values()) <= 2.5 * per_version

@@ -305,9 +305,9 @@ REACH: dict[str, Any] = {
     "PGVECTOR_COMPUTE": os.environ.get("REACH_PGVECTOR_COMPUTE", "auto"),
     # Per process, the examples' and negative cases' vectors the resolver scores its few best candidates against,
     # held in memory (routing.snapshot.TEXT_VECTORS): a registry that fits is read whole with the routing
-    # snapshot, a bigger one keeps the versions its traffic reads last. 64 MB hold about 1,500 capabilities of 10
-    # examples and 2 negative cases at the default embedder's 896 numbers; what does not fit is scored by
-    # PostgreSQL (or read on demand where it does not compute similarity).
+    # snapshot; of a bigger one, the versions that fit. 64 MB hold about 1,500 capabilities of 10 examples and 2
+    # negative cases at the default embedder's 896 numbers; the rest is scored by PostgreSQL (or, where it does not
+    # compute similarity, read on demand, the least recently used versions making room).
     "VECTOR_CACHE_MB": env_float("REACH_VECTOR_CACHE_MB", 64),
     "CANARY_MIN_SAMPLE": int(env_float("REACH_CANARY_MIN_SAMPLE", 20)),
     "CANARY_SUCCESS_MARGIN": env_float("REACH_CANARY_SUCCESS_MARGIN", 0.05),

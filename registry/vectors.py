@@ -132,7 +132,7 @@ class VectorCache:
 
     def preload(self, version_ids: list[int], embedder: str, chunk: int = 500) -> None:
         """Read the vectors of ``version_ids`` not cached yet, as far as the budget goes (a registry that fits is
-        held whole; a bigger one keeps what its traffic reads). Nothing cached is dropped for them."""
+        held whole; of a bigger one, the versions that fit). Nothing cached is dropped for them."""
         with self._lock:
             missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
         while missing:
@@ -150,7 +150,7 @@ class VectorCache:
                     if self._bytes + sum(m.nbytes for m in mats.values()) > self.max_bytes:
                         return
                     self._add(key, mats)
-                    self._rows.move_to_end(key, last=False)  # behind what traffic read: dropped first
+                    self._rows.move_to_end(key, last=False)  # behind what requests read: dropped first
 
     def clear(self) -> None:
         with self._lock:

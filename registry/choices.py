@@ -42,4 +42,5 @@ class VectorKind(models.TextChoices):
     EXAMPLE = "example", "Example request"
     NEGATIVE = "negative", "Negative case"
     DESCRIPTION = "description", "Description"
+    NAME = "name", "Capability name in words"
     CENTROID = "centroid", "Centroid of the examples"

@@ -6,7 +6,8 @@ python bench/slow_agents.py [--latency-ms 2000] [--concurrency 256] [--seconds 2
 The gateway is served as production serves it (reach_platform.serving: uvicorn, WEB_WORKERS processes) on its
 own database (reach_bench_slow). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms, added_p95_ms,
 errors, the peak RSS (MB) of each gateway process, and the added p50 of the first, second and last wave of
-answers (all callers start at once: the first waves show the burst, the last the steady state). Targets
+answers, and of every wave (``all``: all callers start at once, so the first waves show the burst; the last
+wave has no new requests behind it, so the middle waves show the steady state). Targets
 (issue 11): ratio >= 0.9 and added p50 <= 30 ms at 256 callers, ratio >= 0.8 at 1,024, no errors.
 """
 
@@ -30,7 +31,8 @@ def _by_wave(through, direct, size: int) -> dict:
     def p50(values):
         return round(sorted(values)[len(values) // 2] - base, 1)
 
-    return {"first": p50(waves[0]), "second": p50(waves[1]), "last": p50(waves[-1])} if len(waves) >= 3 else {}
+    return {"first": p50(waves[0]), "second": p50(waves[1]), "last": p50(waves[-1]),
+            "all": [p50(w) for w in waves]} if len(waves) >= 3 else {}
 
 
 def main() -> None:

@@ -73,7 +73,8 @@ def main() -> None:
         "errors": direct.errors + through.errors, "direct_errors": direct.errors, "gateway_errors": through.errors,
         "gateway_statuses": through.statuses, "gateway_peak_rss_mb": rss,
         # the answers in the order they came, by wave of N: all N callers start at once, so the first waves queue
-        # behind each other (how long the gateway takes to absorb that burst) and the last ones show the steady state
+        # behind each other (how long the gateway takes to absorb that burst), the middle ones show the steady state
+        # (the last has no new requests behind it)
         "added_p50_ms_by_wave": _by_wave(through, direct, args.concurrency),
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms")

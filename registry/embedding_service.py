@@ -12,6 +12,7 @@ from registry.embedding import Embedder, embedder_tag, get_embedder, normalize_t
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import ensure_hnsw_index, vector_to_bytes
 
+
 _NAMESPACE = re.compile(r"[./:]+")
 _WORD_BREAK = re.compile(r"[_\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 _READABLE = re.compile(r"[^\W\d_]{2}|[\u3400-\u9fff]", re.UNICODE)  # two letters, or one CJK character

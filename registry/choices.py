@@ -42,5 +42,4 @@ class VectorKind(models.TextChoices):
     EXAMPLE = "example", "Example request"
     NEGATIVE = "negative", "Negative case"
     DESCRIPTION = "description", "Description"
-    NAME = "name", "Capability name in words"
     CENTROID = "centroid", "Centroid of the examples"

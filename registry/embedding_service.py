@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 from django.db import connection, transaction
 
@@ -13,44 +11,18 @@ from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import ensure_hnsw_index, vector_to_bytes
 
 
-_NAMESPACE = re.compile(r"[./:]+")
-_WORD_BREAK = re.compile(r"[_\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
-_READABLE = re.compile(r"[^\W\d_]{2}|[\u3400-\u9fff]", re.UNICODE)  # two letters, or one CJK character
-
-
-def name_segments(name: str) -> list[str]:
-    """A capability name's namespace segments in words: ``intent.pin_change`` -> ["intent", "pin change"],
-    ``crm/getCustomer`` -> ["crm", "get customer"]."""
-    segments = (" ".join(w for w in _WORD_BREAK.split(s) if w).lower() for s in _NAMESPACE.split(name))
-    return [s for s in segments if s]
-
-
-def name_texts(name: str) -> list[str]:
-    """The NAME rows of a capability: position 0 the whole name in words, position 1 (when the name has a
-    namespace) the name without its leading segment. The calibration picks one per registry: a namespace that
-    most of the registry's names share tells none of them apart (``routing.calibration_service.name_rows``).
-    A row with no word in it (``v2``, ``17``) is left out."""
-    segments = name_segments(name)
-    texts = [" ".join(segments)] + ([" ".join(segments[1:])] if len(segments) > 1 else [""])
-    return [t if _READABLE.search(t) else "" for t in texts]
-
-
-def version_texts(version: CapabilityVersion, name: str | None = None) -> list[tuple[str, int, str]]:
-    """The texts embedded for a version: examples, negative cases, description and its capability's name in words
-    (``name``: the capability's name when the caller has it, else read through the version)."""
+def version_texts(version: CapabilityVersion) -> list[tuple[str, int, str]]:
     texts: list[tuple[str, int, str]] = []
     texts += [(VectorKind.EXAMPLE, i, str(t)) for i, t in enumerate(version.examples)]
     texts += [(VectorKind.NEGATIVE, i, str(t)) for i, t in enumerate(version.negative_cases)]
     if version.description:
         texts.append((VectorKind.DESCRIPTION, 0, version.description))
-    names = name_texts(name if name is not None else version.capability.name)
-    texts += [(VectorKind.NAME, i, t) for i, t in enumerate(names) if t]
     return texts
 
 
 def capability_version_embed(*, version: CapabilityVersion, embedder: Embedder | None = None) -> int:
-    """(Re)build every vector of one version for the embedder: examples, negatives, description, name and the
-    centroid of the examples. Returns the number of rows written."""
+    """(Re)build every vector of one version for the embedder: examples, negatives, description and the centroid
+    of the examples. Returns the number of rows written."""
     return capability_versions_embed(versions=[version], embedder=embedder)
 
 
@@ -64,8 +36,7 @@ def capability_versions_embed(*, versions: list[CapabilityVersion], embedder: Em
     written = 0
     for start in range(0, len(versions), chunk):
         part = versions[start:start + chunk]
-        names = dict(CapabilityVersion.objects.filter(pk__in=[v.pk for v in part]).values_list("pk", "capability__name"))
-        texts = {version.pk: version_texts(version, names[version.pk]) for version in part}
+        texts = {version.pk: version_texts(version) for version in part}
         distinct = list(dict.fromkeys(normalize_text(t) for rows in texts.values() for _, _, t in rows))
         vectors = dict(zip(distinct, embedder.encode(distinct), strict=True)) if distinct else {}
         rows: list[tuple[int, str, int, str, np.ndarray]] = []  # version, kind, position, text, vector

@@ -370,11 +370,11 @@ class _Ranker:
 class RegistryTexts:
     """What the head learns from besides the example vectors, per capability (positions as ``examples``): the
     normalised texts of its examples and negative cases (the lexical block), and extra rows that train the head only
-    -- its description and its name in words (vectors and texts)."""
+    -- its description (vector and text)."""
 
     examples: list[list[str]]
     negatives: list[list[str]]
-    extras: list[np.ndarray]  # the description's and the name's vectors (0 to 2 rows)
+    extras: list[np.ndarray]  # the description's vector (0 or 1 rows)
     extra_texts: list[list[str]]
     lexical: bool = True  # whether the head has its lexical block (False above LEXICAL_MAX_CAPABILITIES)
 
@@ -648,7 +648,7 @@ def _fit_head(X: np.ndarray, y: np.ndarray, texts: list[str] | None = None
 
 
 def fit_head(examples: list[np.ndarray], version_ids: list[int], texts: RegistryTexts | None = None) -> Head:
-    """The head on every example, plus each capability's extra rows (its description and name, ``texts.extras``:
+    """The head on every example, plus each capability's extra rows (its description, ``texts.extras``:
     they train the head but are no examples -- not in the centroid, not scored as cases). Without ``texts`` the
     head is on the example vectors alone."""
     X = [np.asarray(E) for E in examples]

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 from django.conf import settings
 
 from registry.choices import VectorKind, VersionState
 from registry.embedding import embedder_name, normalize_text
-from registry.embedding_service import name_segments
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import embedding_bytes, vector_from_bytes
 from routing.calibration import (
@@ -27,24 +24,19 @@ from routing.snapshot import bump_generation
 
 def calibration_refresh(*, embedder: str | None = None) -> dict:
     name = embedder or embedder_name()
-    kinds = (VectorKind.EXAMPLE, VectorKind.NEGATIVE, VectorKind.DESCRIPTION, VectorKind.NAME)
+    kinds = (VectorKind.EXAMPLE, VectorKind.NEGATIVE, VectorKind.DESCRIPTION)
     texts: dict[str, dict[int, list]] = {kind: {} for kind in kinds}
     words: dict[str, dict[int, list[str]]] = {kind: {} for kind in kinds}
-    positions: dict[int, list[int]] = {}  # the NAME rows' positions, per version
     rows = CapabilityVector.objects.filter(embedder=name, version__state=VersionState.ACTIVE, kind__in=kinds)
     # ordered: the cross-fitting folds follow each example's position, so the fit is reproducible
     ordered = rows.order_by("version_id", "kind", "position")
-    for vid, kind, position, raw, text in ordered.values_list(
-            "version_id", "kind", "position", embedding_bytes(), "text").iterator(chunk_size=5000):
+    for vid, kind, raw, text in ordered.values_list("version_id", "kind", embedding_bytes(), "text").iterator(
+            chunk_size=5000):
         texts[kind].setdefault(vid, []).append(vector_from_bytes(raw))
         words[kind].setdefault(vid, []).append(normalize_text(text))
-        if kind == VectorKind.NAME:
-            positions.setdefault(vid, []).append(position)
     ids = sorted(texts[VectorKind.EXAMPLE])
-    keywords, names = {}, {}
-    for vid, kw, tags, capability in CapabilityVersion.objects.filter(pk__in=ids).values_list(
-            "pk", "keywords", "tags", "capability__name"):
-        keywords[vid], names[vid] = {k.lower() for k in (kw or []) + (tags or [])}, capability
+    keywords = {vid: {k.lower() for k in (kw or []) + (tags or [])} for vid, kw, tags in
+                CapabilityVersion.objects.filter(pk__in=ids).values_list("pk", "keywords", "tags")}
     keyword_sets = [keywords.get(i, set()) for i in ids]
     ex = [np.asarray(texts[VectorKind.EXAMPLE][i], dtype=np.float32) for i in ids]
     dim = ex[0].shape[1] if ex else 1
@@ -64,9 +56,7 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
         matrix = keyword_hit_matrix([text for texts in per for text in texts], keyword_sets, index)
         return [matrix[bounds[c]:bounds[c + 1]] for c in range(len(ids))]
 
-    extra = head_texts(ids, words, matrices(VectorKind.DESCRIPTION),
-                       name_rows(ids, names, texts[VectorKind.NAME], words[VectorKind.NAME], positions, dim)
-                       ) if use_head else None
+    extra = head_texts(ids, words, matrices(VectorKind.DESCRIPTION)) if use_head else None
     if extra is not None:
         extra.lexical = len(ids) <= LEXICAL_MAX_CAPABILITIES
     calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
@@ -80,29 +70,12 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     return {"embedder": name, "capabilities": len(ids), **calibration.to_json()}
 
 
-def name_rows(ids: list[int], names: dict[int, str], vectors: dict[int, list], texts: dict[int, list[str]],
-              positions: dict[int, list[int]], dim: int) -> list[tuple[np.ndarray, list[str]]]:
-    """Each version's name row for the head (vector and text; none where it has no NAME row): the whole name, or
-    the name without its namespace where more than half of the registry's names share that namespace (a word most
-    names carry tells none apart: ``intent.pin_change`` and ``intent.card_lost`` train on "pin change" and "card
-    lost"). Versions embedded before names were (``reach_reembed --missing`` adds them) have no name row."""
-    spaces = Counter(segments[0] for segments in (name_segments(names[i]) for i in ids) if len(segments) > 1)
-    out = []
-    for vid in ids:
-        segments = name_segments(names[vid])
-        want = 1 if len(segments) > 1 and spaces[segments[0]] * 2 > len(ids) else 0
-        at = positions.get(vid, []).index(want) if want in positions.get(vid, []) else None
-        out.append((np.zeros((0, dim), dtype=np.float32), []) if at is None else
-                   (np.asarray(vectors[vid][at], dtype=np.float32).reshape(1, dim), [texts[vid][at]]))
-    return out
-
-
-def head_texts(ids: list[int], words: dict[str, dict[int, list[str]]], descriptions: list[np.ndarray],
-               names: list[tuple[np.ndarray, list[str]]]) -> RegistryTexts:
+def head_texts(ids: list[int], words: dict[str, dict[int, list[str]]], descriptions: list[np.ndarray]
+               ) -> RegistryTexts:
     """What the head learns from besides the example vectors: the example and negative-case texts (its lexical
-    block), and each version's description and name (``name_rows``) as extra rows."""
+    block), and each version's description as an extra row."""
     return RegistryTexts(examples=[words[VectorKind.EXAMPLE][i] for i in ids],
                          negatives=[words[VectorKind.NEGATIVE].get(i, []) for i in ids],
-                         extras=[np.vstack([d, n]) for d, (n, _) in zip(descriptions, names, strict=True)],
-                         extra_texts=[list(words[VectorKind.DESCRIPTION].get(vid, []))[:len(d)] + name_text
-                                      for vid, d, (_, name_text) in zip(ids, descriptions, names, strict=True)])
+                         extras=descriptions,
+                         extra_texts=[list(words[VectorKind.DESCRIPTION].get(vid, []))[:len(d)]
+                                      for vid, d in zip(ids, descriptions, strict=True)])

@@ -159,9 +159,8 @@ def test_vectors_of_two_embedders_coexist_and_use_their_hnsw_index_where_the_ser
     capability_version_embed(version=version, embedder=b)
     dims = set(CapabilityVector.objects.values_list("embedder", "dim").distinct())
     assert dims == {(a.name, 512), (b.name, 384)}
-    # every text (examples, negative cases, description, the name with and without its namespace) plus the
-    # centroid, per embedder
-    expected = len(version.examples) + len(version.negative_cases) + 1 + 2 + 1
+    # every text plus the centroid, per embedder
+    expected = len(version.examples) + len(version.negative_cases) + 1 + 1
     assert CapabilityVector.objects.filter(embedder=a.name).count() == expected
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'registry_capabilityvector'")
@@ -252,33 +251,3 @@ def test_an_import_embeds_its_versions_in_one_task_and_recalibrates_once(django_
     assert CapabilityVector.objects.filter(kind="centroid").count() == len(ids) == 6
     assert written == CapabilityVector.objects.count()
     assert RoutingCalibration.objects.get().capabilities == 6
-
-
-def test_a_capability_name_is_embedded_in_words_with_and_without_its_namespace(active_versions):
-    from registry.embedding_service import name_texts
-
-    # given names as teams write them: namespaces, snake, kebab and camel case, Chinese, version-like leftovers
-    assert name_texts("intent.pin_change") == ["intent pin change", "pin change"]
-    assert name_texts("crm/getCustomer") == ["crm get customer", "get customer"]
-    assert name_texts("订单.查询物流") == ["订单 查询物流", "查询物流"]
-    assert name_texts("send-email") == ["send email", ""]
-    assert name_texts("intent.17") == ["intent 17", ""]  # no word once the namespace is gone: no row
-    assert name_texts("v2") == ["", ""]
-    # when a version of the example registry is embedded, then it has its name rows, positions as name_texts gives
-    capability_version_embed(version=active_versions[0])
-    rows = CapabilityVector.objects.filter(version=active_versions[0], kind="name", embedder=embedder_name())
-    assert list(rows.order_by("position").values_list("position", "text")) == list(
-        enumerate(name_texts(active_versions[0].capability.name)))
-
-
-def test_reembed_missing_adds_the_name_rows_of_versions_embedded_before_names_were(active_versions):
-    embedder = get_embedder()
-    capability_version_embed(version=active_versions[0], embedder=embedder)
-    capability_version_embed(version=active_versions[1], embedder=embedder)
-    # given a version embedded by a release that did not embed names
-    CapabilityVector.objects.filter(version=active_versions[0], kind="name").delete()
-    out = StringIO()
-    call_command("reach_reembed", "--missing", stdout=out)
-    # when the operator rebuilds what is missing, then it gets its name rows back (and the others nothing more)
-    assert CapabilityVector.objects.filter(version=active_versions[0], kind="name").count() == 2
-    assert f"Re-embedded {len(active_versions) - 1} version(s)" in out.getvalue()

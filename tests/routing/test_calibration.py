@@ -140,35 +140,3 @@ def test_changes_in_a_row_queue_one_recalibration_until_it_starts(registry_ready
     finally:
         snapshot.redis_client().delete(RECALIBRATE_PENDING_KEY)
         app.control.purge()  # the queued messages: no worker of another test should fit this test's registry
-
-
-@pytest.mark.django_db
-def test_the_head_learns_each_capabilitys_name_without_the_namespace_its_registry_shares():
-    from registry.choices import VersionState
-    from registry.embedding import get_embedder, normalize_text
-    from registry.embedding_service import capability_version_embed
-    from routing.calibration_service import calibration_refresh
-    from routing.models import RoutingCalibration
-    from tests.factories import CapabilityVersionFactory
-
-    # given three capabilities under one namespace whose examples do not say which is which
-    vague = {"intent.pin_change": ["can you help me with this", "I need something done", "please sort this out"],
-             "intent.card_lost": ["help me out here", "I have a problem", "could you take care of it"],
-             "intent.weather_forecast": ["I want to ask about something", "tell me please", "what about this"]}
-    embedder = get_embedder()
-    for name, examples in vague.items():
-        version = CapabilityVersionFactory(capability__name=name, examples=examples, negative_cases=[], description="",
-                                           state=VersionState.ACTIVE)
-        capability_version_embed(version=version, embedder=embedder)
-    # when the registry is calibrated
-    calibration_refresh()
-    head = cal.Head.from_bytes(bytes(RoutingCalibration.objects.get(embedder=embedder.name).head))
-    names = {int(v): n for v, n in CapabilityVersionFactory._meta.model.objects.values_list("pk", "capability__name")}
-    ranked = []
-    for text in ("change my pin", "I lost my card", "what is the weather forecast for tomorrow"):
-        logits = head.logits(list(range(len(head.version_ids))), embedder.encode([normalize_text(text)])[0],
-                             head.words(normalize_text(text)))
-        ranked.append(names[int(head.version_ids[int(np.argmax(logits))])])
-    # then requests worded like the names go to them, and the shared namespace is no word the head weighs
-    assert ranked == list(vague)
-    assert "intent" not in head.lexicon.index

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from registry.choices import VersionState
 from registry.embedding import embedder_tag, get_embedder
-from registry.embedding_service import capability_versions_embed, name_texts
+from registry.embedding_service import capability_versions_embed
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.signals import capability_vectors_changed
 
@@ -32,14 +32,10 @@ class Command(BaseCommand):
         if missing:
             keep_others = True
             current = CapabilityVector.objects.filter(embedder=emb.name, kind="centroid").values("version_id")
-            named = CapabilityVector.objects.filter(embedder=emb.name, kind="name").values("version_id")
             # outdated: embedded by another revision of this embedder (embedded_with names only the last embedder, so
             # a version last embedded by another one is not outdated for this one while its vectors are there)
             older = Q(embedded_with__regex=rf"^{re.escape(emb.name)}( r[0-9]+)?$") & ~Q(embedded_with=embedder_tag(emb))
-            # embedded before capability names were: no NAME row, though the name has words (see name_texts)
-            unnamed = [v.pk for v in qs.exclude(pk__in=named).select_related("capability")
-                       if any(name_texts(v.capability.name))]
-            qs = qs.filter(~Q(pk__in=current) | Q(pk__in=unnamed) | older)
+            qs = qs.filter(~Q(pk__in=current) | older)
         versions = list(qs)
         if missing and not versions:
             self.stdout.write("Every ACTIVE version has its vectors.")

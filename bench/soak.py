@@ -5,7 +5,7 @@ python bench/soak.py [--minutes 10] [--rps 40] [--latency-ms 200]
 
 Samples the resident memory of every gateway and worker process after the warm-up (a tenth of the run, at least
 30 s), in the middle and at the end. Last line: JSON with each process's three readings, the largest growth
-after warm-up (target, issue 11: <= 10 %), the requests sent by kind and their errors.
+after warm-up (target, issue 11: <= 10 %), the requests sent by kind, their errors and what each error was.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def main() -> None:
     samples: dict[str, dict[str, float]] = {}
     sent = {"sync": 0, "async": 0, "resolve": 0}
     errors = {"sync": 0, "async": 0, "resolve": 0}
+    failures: dict[str, int] = {}  # "kind status" (or the exception's name) -> count
 
     async def scenario():
         sink = await asyncio.start_server(http_sink(), "127.0.0.1", 0, backlog=1024)
@@ -88,9 +89,12 @@ def main() -> None:
                             body.update(mode="async", callback_url=hook)
                         r = await client.post(f"{gateway}/api/v1/invoke", json=body)
                         ok = r.status_code in (200, 202)
-                except httpx.HTTPError:
-                    ok = False
+                    why = str(r.status_code)
+                except httpx.HTTPError as exc:
+                    ok, why = False, type(exc).__name__
                 errors[kind] += not ok
+                if not ok:
+                    failures[f"{kind} {why}"] = failures.get(f"{kind} {why}", 0) + 1
 
             t0 = time.perf_counter()
             marks = {"warm_up": t0 + warm_up, "middle": t0 + warm_up + (seconds - warm_up) / 2}
@@ -121,7 +125,7 @@ def main() -> None:
     growth = {key: round((v["end"] - v["warm_up"]) / v["warm_up"], 3) for key, v in per_process.items()
               if v["warm_up"] and v["end"]}
     print(json.dumps({"minutes": args.minutes, "rps": args.rps, "rss_mb": per_process, "growth": growth,
-                      "max_growth": max(growth.values()) if growth else None, "sent": sent, "errors": errors}))
+                      "max_growth": max(growth.values()) if growth else None, "sent": sent, "errors": errors, "failures": failures}))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import random
 import signal
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -67,7 +68,7 @@ def main() -> None:
     samples: dict[str, dict[str, float]] = {}
     sent = {"sync": 0, "async": 0, "resolve": 0}
     errors = {"sync": 0, "async": 0, "resolve": 0}
-    failures: dict[str, int] = {}  # "kind status" (or the exception's name) -> count
+    failures: Counter[str] = Counter()  # "kind status" (or the exception's name) -> count
 
     async def scenario():
         sink = await asyncio.start_server(http_sink(), "127.0.0.1", 0, backlog=1024)
@@ -94,7 +95,7 @@ def main() -> None:
                     ok, why = False, type(exc).__name__
                 errors[kind] += not ok
                 if not ok:
-                    failures[f"{kind} {why}"] = failures.get(f"{kind} {why}", 0) + 1
+                    failures[f"{kind} {why}"] += 1
 
             t0 = time.perf_counter()
             marks = {"warm_up": t0 + warm_up, "middle": t0 + warm_up + (seconds - warm_up) / 2}
@@ -125,7 +126,8 @@ def main() -> None:
     growth = {key: round((v["end"] - v["warm_up"]) / v["warm_up"], 3) for key, v in per_process.items()
               if v["warm_up"] and v["end"]}
     print(json.dumps({"minutes": args.minutes, "rps": args.rps, "rss_mb": per_process, "growth": growth,
-                      "max_growth": max(growth.values()) if growth else None, "sent": sent, "errors": errors, "failures": failures}))
+                      "max_growth": max(growth.values()) if growth else None, "sent": sent, "errors": errors,
+                      "failures": dict(failures)}))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """How the web tier is started, in one place (``make run``, the benchmarks and the tests use it; the README's
 *Serving* section gives the same command line).
 
-uvicorn with uvloop and httptools, one process per core (``WEB_WORKERS``, default 2): an in-flight invoke is a
-coroutine on the process's event loop, so one process holds thousands of calls to slow agents.
+uvicorn with uvloop and httptools, one process per core (``WEB_WORKERS``, default 2), each listening on a socket of
+its own (``reach_platform.webserver``): an in-flight invoke is a coroutine on the process's event loop, so one
+process holds thousands of calls to slow agents.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import sys
 
 def web_command(host: str, port: int | str, *, workers: int | None = None) -> list[str]:
     workers = workers or int(os.environ.get("WEB_WORKERS", "2"))
-    return [sys.executable, "-m", "uvicorn", "reach_platform.asgi:application", "--host", host, "--port", str(port),
-            "--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--lifespan", "on",
-            "--no-access-log", "--timeout-keep-alive", "30", "--backlog", "4096", "--log-level", "warning"]
+    return [sys.executable, "-m", "reach_platform.webserver", "--host", host, "--port", str(port),
+            "--workers", str(workers), "--timeout-keep-alive", "30", "--backlog", "4096", "--log-level", "warning"]
 
 
 def worker_command(*, concurrency: int | None = None, extra: list[str] | None = None) -> list[str]:

@@ -28,7 +28,7 @@ from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
 from registry.vectors import pgvector_compute_enabled, vector_literal
 from routing import breaker, capacity, snapshot
-from routing.calibration import families, keyword_grams, language_buckets
+from routing.calibration import families, head_shares, keyword_grams, language_buckets
 from routing.choices import Decision
 from routing.schemas import validator_for
 
@@ -272,8 +272,10 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
                              for i in range(len(ids))])
     bucket = str(language_buckets(query[None, :])[0])
     keyword_evidence = np.array([min(1.0, len(hits.get(vid, ())) / 2.0) for vid in ids])
-    probability = calibration.probability(sims, margins, best_example, keyword_evidence)
-    calibrated = calibration.band_score(sims, margins, best_example, bucket, keyword_evidence)
+    # each candidate's share of the head's softmax among the candidates (a feature only when the head ranks)
+    shares = head_shares(ranking) if ranking is not sims else np.zeros(len(ids))
+    probability = calibration.probability(sims, margins, best_example, keyword_evidence, shares)
+    calibrated = calibration.band_score(sims, margins, best_example, bucket, keyword_evidence, shares)
     w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
     # semantic component such that a healthy, fully trusted agent scores exactly the calibrated value: the bands
     # and their risk promise keep their meaning whatever the weights
@@ -314,12 +316,14 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         candidates.append(Candidate(info, float(max(0.0, min(1.0, score))), {
             "rule": rule, "keyword_hits": float(len(grams)), "semantic": float(semantic[i]),
             "cosine": float(sims[i]), "best_example": float(ex), "margin": float(margins[i]),
+            **({"head_share": float(shares[i])} if ranking is not sims else {}),
             "probability": float(probability[i]), "calibrated": float(calibrated[i]),
             "confidence": info.confidence_weight, "health": health, "capacity_penalty": capacity_penalty,
             "cost_penalty": cost_penalty},
             _reasons(snap, ids, i, sims, ex, margins, ranking, fam, signal, grams, float(probability[i]),
                      calibration, bucket, snap.head.word_evidence(snap.head_rows[info.id], words)
-                     if ranking is not sims and snap.head is not None else []) + reasons
+                     if ranking is not sims and snap.head is not None else [],
+                     float(shares[i]) if ranking is not sims else None) + reasons
             + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
     candidates.sort(key=lambda c: c.score, reverse=True)
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions
@@ -342,15 +346,18 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
 
 def _reasons(snap: snapshot.Snapshot, ids: list[int], i: int, sims: np.ndarray, best_example: float,
              margins: np.ndarray, ranking: np.ndarray, fam: np.ndarray, signal: str, grams: list[str],
-             probability: float, calibration, bucket: str, words: list[tuple[str, float]]) -> list[str]:
+             probability: float, calibration, bucket: str, words: list[tuple[str, float]],
+             share: float | None = None) -> list[str]:
     """Sentences a reviewer can check against the breakdown; ``words``: the request's words that raise the head's
-    logit for this candidate, with what each adds."""
+    logit for this candidate, with what each adds; ``share``: its share of the head's softmax (None: no head)."""
     others = [j for j in np.argsort(-ranking) if not fam[i, j]]
     runner_up = f" over {snap.versions[ids[others[0]]].capability}" if others else " (no other capability)"
     out = [f"cosine {sims[i]:.2f} to the examples' centroid, {best_example:.2f} to the closest example; "
            f"{signal} margin {margins[i]:+.2f}{runner_up}"]
     if grams:
         out.append(f"keywords {', '.join(grams)}")
+    if share is not None:
+        out.append(f"the head gives it {share:.0%} of its probability among the {len(ids)} candidates")
     if words:
         out.append("words that weigh for it in the head: " + ", ".join(f"{w} {v:+.2f}" for w, v in words))
     p_execute = (calibration.cuts.get(bucket) or calibration.cuts["latin"])[1]

@@ -49,7 +49,8 @@ def _measure(seed: int, head: bool, max_wrong: float, max_oos: float):
 
     def executed(Q):
         F, top, _ = ranker.features(Q, np.zeros((len(Q), len(registered))))
-        return calibration.band_score(F[:, 0], F[:, 1], F[:, 2]) >= calibration.execute_at, top
+        return calibration.band_score(F[:, 0], F[:, 1], F[:, 2], keywords=F[:, 3], share=F[:, 4]) \
+            >= calibration.execute_at, top
 
     inscope = np.vstack([draw(c, 40) for c in registered])
     truth = np.concatenate([[i] * 40 for i in range(len(registered))])
@@ -91,6 +92,33 @@ def test_stored_form_round_trips_an_execute_cut_that_cannot_be_met():
     again = cal.Calibration.from_json(c.to_json())
     assert again.cuts["latin"][1] == float("inf")
     assert float(again.band_score(0.99, 1.0, 0.99)) < 0.75  # never EXECUTE
+
+
+def test_a_calibration_stored_before_the_head_share_reads_as_the_same_model():
+    # given a calibration stored by the release before, with four feature weights and an intercept
+    stored = {"coef": [7.0, 0.8, 3.0, 1.0, -8.0], "cuts": {"latin": [0.3, 0.6], "other": [0.3, 0.6]}, "mode": "head"}
+    # when it is read, then it gives the head share no weight and every other feature the weight it had
+    c = cal.Calibration.from_json(stored)
+    assert c.coef == (7.0, 0.8, 3.0, 1.0, 0.0, -8.0)
+    z = 7.0 * 0.8 + 0.8 * 0.3 + 3.0 * 0.85 + 1.0 * 0.5 - 8.0
+    assert float(c.probability(0.8, 0.3, 0.85, 0.5, share=0.9)) == pytest.approx(1 / (1 + np.exp(-z)))
+
+
+def test_the_head_share_is_the_top_capabilitys_softmax_among_the_fetched_candidates():
+    # given 30 capabilities, the top one by the head, and three more with logits close behind it: two among the
+    # nearest centroids (as the resolver fetches them) and one far from the request by cosine
+    cos = np.linspace(0.9, 0.0, 30)[None, :]
+    logits = np.full((1, 30), -20.0)
+    logits[0, [0, 1, 2, 29]] = [5.0, 4.0, 4.0, 4.9]
+    fam = np.eye(30, dtype=bool)
+    # when the features are computed with the head among the 3 nearest centroids, then the share is the top
+    # capability's softmax over those three: the far one does not count, as the resolver never fetches it
+    F, top = cal.top_features(logits, cos, fam, head=True, candidates=3)
+    assert top[0] == 0
+    assert F[0, 4] == pytest.approx(np.exp(5) / (np.exp(5) + 2 * np.exp(4)))
+    # and without a head (the ranking is the cosines) there is no share
+    F, _ = cal.top_features(cos, cos, fam)
+    assert F[0, 4] == 0.0
 
 
 def test_the_probability_never_falls_as_a_feature_rises():

@@ -127,6 +127,10 @@ def test_explanations_show_only_what_was_computed(live_registry):
     assert "summarize" in " ".join(top["reasons"])  # keyword evidence named
     assert any(r.startswith("cosine ") and " over " in r for r in top["reasons"])
     assert any("risk that this is not the right capability" in r for r in top["reasons"])
+    # the head ranks this registry: its softmax share is a feature of the probability, shown and explained
+    share = top["breakdown"]["head_share"]
+    assert 0 < share <= 1
+    assert f"the head gives it {share:.0%} of its probability among the" in " ".join(top["reasons"])
     # the rule-only fast path reports its keywords, not a semantic score no embedding produced
     fast = resolver.resolve(task="订单 物流").as_dict()
     assert fast["fast_path"] is True

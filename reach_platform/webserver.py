@@ -55,11 +55,8 @@ class ReusePortSupervisor(multiprocess.Multiprocess):
             setattr(multiprocess, "Process", original)  # noqa: B010
 
 
-RUN_OPTIONS = ("host", "port", "workers", "loop", "http", "lifespan", "access_log", "backlog", "timeout_keep_alive",
-               "log_level")
-
-
-def config_from(argv: list[str] | None = None) -> uvicorn.Config:
+def options(argv: list[str] | None = None) -> dict:
+    """The server's settings from the command line, as ``uvicorn.Config`` (and ``uvicorn.run``) take them."""
     parser = argparse.ArgumentParser(prog="python -m reach_platform.webserver", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -67,17 +64,16 @@ def config_from(argv: list[str] | None = None) -> uvicorn.Config:
     parser.add_argument("--backlog", type=int, default=4096)
     parser.add_argument("--timeout-keep-alive", type=int, default=30)
     parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args(argv)
-    return uvicorn.Config(APP, host=args.host, port=args.port, workers=args.workers, loop="uvloop",
-                          http="httptools", lifespan="on", access_log=False, backlog=args.backlog,
-                          timeout_keep_alive=args.timeout_keep_alive, log_level=args.log_level)
+    return {**vars(parser.parse_args(argv)), "loop": "uvloop", "http": "httptools", "lifespan": "on",
+            "access_log": False}
 
 
 def main(argv: list[str] | None = None) -> None:
-    config = config_from(argv)
+    settings = options(argv)
+    config = uvicorn.Config(APP, **settings)
     if config.workers <= 1 or not hasattr(socket, "SO_REUSEPORT") or config.port == 0:
         # one process, or no per-process sockets here (port 0 would give each worker a port of its own)
-        uvicorn.run(APP, **{k: getattr(config, k) for k in RUN_OPTIONS})
+        uvicorn.run(APP, **settings)
         return
     try:  # fail at once, with the reason, if another program holds the address (each worker would fail and restart)
         reuse_port_socket(config).close()

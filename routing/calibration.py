@@ -28,8 +28,9 @@ Method (cross-fitted conformal risk control):
    the 13 folds of ``bench/routing_generalisation.py`` (the calibration and head on the stored vectors, same
    session) it lifted the execute-right share of the weakest fold from 0.580 to 0.604 (mean 0.638 to 0.664);
    wrong executions stayed at most 0.013, out-of-scope executions fell or held on 8 folds and rose by at most
-   0.004 on the other 5. It brings no constant (the candidates are the resolver's ``REACH_CANDIDATES``). Its feature weights are constrained to be >= 0 (``_fit_monotone_logistic``): each feature
-   is evidence for the candidate, and an unconstrained fit on a small registry's few hundred correlated cases
+   0.004 on the other 5. It brings no constant (the candidates are the resolver's ``REACH_CANDIDATES``).
+   The feature weights are constrained to be >= 0 (``_fit_monotone_logistic``): each feature is evidence for the
+   candidate, and an unconstrained fit on a small registry's few hundred correlated cases
    gave the closest-example cosine a weight of -15 (a request very close to one example scored *lower*).
 4. The EXECUTE cut-off on that probability is the lowest one at which the conformal risk-control bound
    ``(n * risk + 1) / (n + 1)`` stays within the stated level, for the wrong-execution risk over the in-scope cases

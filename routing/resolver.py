@@ -262,7 +262,8 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         rows = [snap.head_rows[v] for v in ids]
         words = snap.head.words(text)  # the request's tf-idf row, once for the logits and the reasons
         ranking = snap.head.logits(rows, query, words)
-    signal = "head logit" if ranking is not sims else "cosine"
+    head_ranks = ranking is not sims
+    signal = "head logit" if head_ranks else "cosine"
     fam = families(top_vectors)
     margins = family_margins(ranking, top_vectors)
     # the best few by the ranking signal are scored in full (their example and negative-case vectors are read)
@@ -273,7 +274,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     bucket = str(language_buckets(query[None, :])[0])
     keyword_evidence = np.array([min(1.0, len(hits.get(vid, ())) / 2.0) for vid in ids])
     # each candidate's share of the head's softmax among the candidates (a feature only when the head ranks)
-    shares = head_shares(ranking) if ranking is not sims else np.zeros(len(ids))
+    shares = head_shares(ranking) if head_ranks else np.zeros(len(ids))
     probability = calibration.probability(sims, margins, best_example, keyword_evidence, shares)
     calibrated = calibration.band_score(sims, margins, best_example, bucket, keyword_evidence, shares)
     w_sem, w_rule, w_conf, w_health = weights["semantic"], weights["rule"], weights["confidence"], weights["health"]
@@ -316,14 +317,14 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         candidates.append(Candidate(info, float(max(0.0, min(1.0, score))), {
             "rule": rule, "keyword_hits": float(len(grams)), "semantic": float(semantic[i]),
             "cosine": float(sims[i]), "best_example": float(ex), "margin": float(margins[i]),
-            **({"head_share": float(shares[i])} if ranking is not sims else {}),
+            **({"head_share": float(shares[i])} if head_ranks else {}),
             "probability": float(probability[i]), "calibrated": float(calibrated[i]),
             "confidence": info.confidence_weight, "health": health, "capacity_penalty": capacity_penalty,
             "cost_penalty": cost_penalty},
             _reasons(snap, ids, i, sims, ex, margins, ranking, fam, signal, grams, float(probability[i]),
                      calibration, bucket, snap.head.word_evidence(snap.head_rows[info.id], words)
-                     if ranking is not sims and snap.head is not None else [],
-                     float(shares[i]) if ranking is not sims else None) + reasons
+                     if head_ranks and snap.head is not None else [],
+                     float(shares[i]) if head_ranks else None) + reasons
             + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
     candidates.sort(key=lambda c: c.score, reverse=True)
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions

@@ -253,6 +253,10 @@ REACH: dict[str, Any] = {
     "BREAKER_MIN_REQUESTS": 20,
     "BREAKER_FAILURE_RATE": 0.4,
     "BREAKER_OPEN_S": 30,
+    # failures in a row (each within BREAKER_WINDOW_S of the one before) that open the breaker whatever the volume:
+    # an agent called a few times a second never reaches BREAKER_MIN_REQUESTS in a window, and a hung one kept
+    # its share of the traffic. 5 is Envoy's default for consecutive errors (outlier detection).
+    "BREAKER_CONSECUTIVE_FAILURES": int(env_float("REACH_BREAKER_CONSECUTIVE_FAILURES", 5)),
     # Callers' callback URLs and agents' url/health_url/status_url may reach these non-public networks
     # (link-local and metadata addresses are always refused; see reach_platform.netguard). Empty by default,
     # whatever DEBUG says; `make run` sets loopback in the environment, and so does a test run (PYTEST_VERSION,

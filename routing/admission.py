@@ -58,7 +58,8 @@ return {1, 'ok'}
 
 _SETTLE = """
 -- KEYS: breaker open, breaker probe, breaker tripped, in-flight count, latency samples
--- ARGV: now, window, ok (1/0), min requests, failure rate, open seconds, latency ms ('' for none), bucket prefix
+-- ARGV: now, window, ok (1/0), min requests, failure rate, open seconds, latency ms ('' for none), bucket prefix,
+--       failures in a row that open the breaker
 if redis.call('DECR', KEYS[4]) < 0 then redis.call('SET', KEYS[4], 0) end
 local ok = ARGV[3] == '1'
 if ok and ARGV[7] ~= '' then
@@ -69,7 +70,7 @@ local now, window, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[8]
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('DEL', KEYS[2])
   if ok then
-    redis.call('DEL', KEYS[3])
+    redis.call('DEL', KEYS[3], prefix .. ':c')
     for k = 0, window - 1 do redis.call('DEL', prefix .. ':n:' .. (now - k), prefix .. ':f:' .. (now - k)) end
     return 'closed'
   end
@@ -78,17 +79,23 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 redis.call('INCR', prefix .. ':n:' .. now)
 redis.call('EXPIRE', prefix .. ':n:' .. now, window + 2)
-if ok then return 'closed' end
+if ok then
+  redis.call('DEL', prefix .. ':c')
+  return 'closed'
+end
 redis.call('INCR', prefix .. ':f:' .. now)
 redis.call('EXPIRE', prefix .. ':f:' .. now, window + 2)
+local in_a_row = redis.call('INCR', prefix .. ':c')
+redis.call('EXPIRE', prefix .. ':c', window)
 local total, failed = 0, 0
 for k = 0, window - 1 do
   total = total + tonumber(redis.call('GET', prefix .. ':n:' .. (now - k)) or '0')
   failed = failed + tonumber(redis.call('GET', prefix .. ':f:' .. (now - k)) or '0')
 end
-if total >= tonumber(ARGV[4]) and failed / total >= tonumber(ARGV[5]) then
+if in_a_row >= tonumber(ARGV[9]) or (total >= tonumber(ARGV[4]) and failed / total >= tonumber(ARGV[5])) then
   redis.call('SET', KEYS[1], '1', 'EX', tonumber(ARGV[6]))
   redis.call('SET', KEYS[3], '1')
+  redis.call('DEL', prefix .. ':c')
   return 'open'
 end
 return 'closed'
@@ -188,7 +195,8 @@ def _settle_args(instance, version_id: int, ok: bool, latency_ms: float | None) 
     return ([open_key, probe_key, tripped_key, f"reach:inflight:instance:{instance.id}", f"reach:lat:{version_id}"],
             [int(time.time()), int(_cfg("BREAKER_WINDOW_S")), "1" if ok else "0", int(_cfg("BREAKER_MIN_REQUESTS")),
              float(_cfg("BREAKER_FAILURE_RATE")), int(_cfg("BREAKER_OPEN_S")),
-             "" if latency_ms is None else str(round(latency_ms, 1)), f"reach:breaker:{instance.id}"])
+             "" if latency_ms is None else str(round(latency_ms, 1)), f"reach:breaker:{instance.id}",
+             int(_cfg("BREAKER_CONSECUTIVE_FAILURES"))])
 
 
 async def settle(instance, version_id: int, *, ok: bool, latency_ms: float | None) -> str:

@@ -1,7 +1,8 @@
 """Circuit breaker per instance, shared by every gateway process through Redis (BRIEF §3).
 
 Closed: outcomes are counted in one-second buckets; when the last BREAKER_WINDOW_S seconds hold at least
-BREAKER_MIN_REQUESTS calls and BREAKER_FAILURE_RATE of them failed, the breaker opens for BREAKER_OPEN_S.
+BREAKER_MIN_REQUESTS calls and BREAKER_FAILURE_RATE of them failed, or the last BREAKER_CONSECUTIVE_FAILURES calls
+all failed (each within BREAKER_WINDOW_S of the one before), the breaker opens for BREAKER_OPEN_S.
 Open: the instance gets no traffic. Half-open (the open key expired): one probe call at a time is let through;
 its success closes the breaker (counts cleared), its failure opens it again.
 """
@@ -25,6 +26,10 @@ def _cfg(key: str) -> Any:
 def _keys(instance_id: int) -> tuple[str, str, str]:
     base = f"reach:breaker:{instance_id}"
     return f"{base}:open", f"{base}:probe", f"{base}:tripped"
+
+
+def _in_a_row_key(instance_id: int) -> str:
+    return f"reach:breaker:{instance_id}:c"
 
 
 def state(instance_id: int) -> str:
@@ -70,17 +75,23 @@ def record(instance_id: int, ok: bool, *, now: float | None = None) -> str:
     # closing clears the counters, and while open nothing reads them)
     pipe = r.pipeline(transaction=False)
     pipe.exists(tripped_key)
+    in_a_row_key = _in_a_row_key(instance_id)
     pipe.incr(f"reach:breaker:{instance_id}:n:{now}")
     pipe.expire(f"reach:breaker:{instance_id}:n:{now}", window + 2)
-    if not ok:
+    if ok:
+        pipe.delete(in_a_row_key)
+    else:
         pipe.incr(f"reach:breaker:{instance_id}:f:{now}")
         pipe.expire(f"reach:breaker:{instance_id}:f:{now}", window + 2)
-    half_open = pipe.execute()[0]
+        pipe.incr(in_a_row_key)
+        pipe.expire(in_a_row_key, window)
+    answers = pipe.execute()
+    half_open = answers[0]
     if half_open:  # the probe's result decides
         r.delete(probe_key)
         if ok:
-            r.delete(tripped_key, *[f"reach:breaker:{instance_id}:{b}:{now - k}" for b in ("n", "f")
-                                    for k in range(window)])
+            r.delete(tripped_key, in_a_row_key, *[f"reach:breaker:{instance_id}:{b}:{now - k}" for b in ("n", "f")
+                                                  for k in range(window)])
             return CLOSED
         r.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
         return OPEN
@@ -90,10 +101,11 @@ def record(instance_id: int, ok: bool, *, now: float | None = None) -> str:
                     + [f"reach:breaker:{instance_id}:f:{now - k}" for k in range(window)])
     total = sum(int(c or 0) for c in counts[:window])
     failed = sum(int(c or 0) for c in counts[window:])
-    if trips(total, failed):
+    if trips(total, failed) or int(answers[5]) >= int(_cfg("BREAKER_CONSECUTIVE_FAILURES")):
         pipe = r.pipeline()
         pipe.set(open_key, "1", ex=int(_cfg("BREAKER_OPEN_S")))
         pipe.set(tripped_key, "1")
+        pipe.delete(in_a_row_key)
         pipe.execute()
         return OPEN
     return CLOSED

@@ -289,11 +289,20 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
                      capacity.in_flight([f"instance:{inst.id}" for inst in pool_instances]), strict=True))
     costs = [snap.versions[ids[i]].cost_per_call for i in order]
     max_cost = max(costs) if costs else 0.0
+    # Interchangeable agents (a family: centroids within cosine 0.95) offer one service, so which of them serves is
+    # an operational choice: each is scored with the best semantic component among its twins, and health, trust,
+    # load and cost tell them apart; equal ones go to the least loaded, then at random. Ranked by their own
+    # semantic scores, the twin whose examples happened to score a hair higher took every request, and a hung one
+    # kept all of them until its breaker opened.
+    # (a twin thrown out by its negative cases lends nothing)
+    kept = [j for j in order if not _negative_filtered(closest.get(ids[j], (float(sims[j]), -1.0)), calibration)]
+    twin_semantic = {i: max([float(semantic[i])] + [float(semantic[j]) for j in kept if fam[i, j]]) for i in order}
     candidates = []
+    ties: dict[int, tuple[float, float]] = {}  # id(candidate) -> (its load, a random draw) to order equal scores
     for i in order:
         info = snap.versions[ids[i]]
         ex, neg = closest.get(info.id, (float(sims[i]), -1.0))
-        if neg - ex > calibration.neg_margin:
+        if _negative_filtered((ex, neg), calibration):
             resolution.filtered.append({"capability": info.capability, "reason": (
                 f"closer to a negative case (cosine {neg:.2f}) than to any example ({ex:.2f}) by more than the "
                 f"learned margin {calibration.neg_margin:.2f}")})
@@ -311,11 +320,13 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         load = min((loads[i.id] / max(1, i.max_concurrency) for i in info.instances), default=0.0)
         capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
         cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
-        score = ((w_rule + w_sem) * float(semantic[i]) + w_conf * info.confidence_weight
+        twins = [ids[j] for j in kept if fam[i, j] and j != i]
+        score = ((w_rule + w_sem) * twin_semantic[i] + w_conf * info.confidence_weight
                  + w_health * health) / total_w
         score -= capacity_penalty + cost_penalty
         candidates.append(Candidate(info, float(max(0.0, min(1.0, score))), {
             "rule": rule, "keyword_hits": float(len(grams)), "semantic": float(semantic[i]),
+            **({"twin_semantic": twin_semantic[i]} if twins else {}),
             "cosine": float(sims[i]), "best_example": float(ex), "margin": float(margins[i]),
             **({"head_share": float(shares[i])} if head_ranks else {}),
             "probability": float(probability[i]), "calibrated": float(calibrated[i]),
@@ -325,8 +336,12 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
                      calibration, bucket, snap.head.word_evidence(snap.head_rows[info.id], words)
                      if head_ranks and snap.head is not None else [],
                      float(shares[i]) if head_ranks else None) + reasons
-            + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])))
-    candidates.sort(key=lambda c: c.score, reverse=True)
+            + ([f"near capacity ({load:.0%} of max_concurrency)"] if capacity_penalty else [])
+            + ([f"interchangeable with {', '.join(sorted(snap.versions[v].capability for v in twins))}: scored "
+                f"with the best semantic component among them ({twin_semantic[i]:.2f}); health, load and cost choose "
+                f"among them (in flight: {load:.0%} of max_concurrency)"] if twins else [])))
+        ties[id(candidates[-1])] = (load, rng.random())
+    candidates.sort(key=lambda c: (-c.score, *ties[id(c)]))
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions
     seen: dict[str, Candidate] = {}
     for cand in candidates:
@@ -343,6 +358,13 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     resolution.timings_ms = {"embed": (t1 - t0) * 1000, "search": (t2 - t1) * 1000, "score": (t3 - t2) * 1000,
                              "total": (t3 - t0) * 1000}
     return resolution
+
+
+def _negative_filtered(closest: tuple[float, float], calibration) -> bool:
+    """Whether a candidate whose (best example, best negative case) cosines are ``closest`` is thrown out: closer to a
+    negative case than to any example by more than the calibration's learned margin."""
+    example, negative = closest
+    return negative - example > calibration.neg_margin
 
 
 def _reasons(snap: snapshot.Snapshot, ids: list[int], i: int, sims: np.ndarray, best_example: float,

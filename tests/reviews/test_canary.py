@@ -45,7 +45,7 @@ def register(proc, key: str, versions: list[str]) -> None:
 
 def test_failing_canary_is_rolled_back_by_real_traffic(people, registry_ready, agent_procs, api, settings):
     settings.REACH = {**settings.REACH, "BACKOFF_BASE_S": 0.001, "BACKOFF_JITTER_S": 0.001,
-                      "BREAKER_MIN_REQUESTS": 10_000, "CANARY_MIN_SAMPLE": 20}
+                      "BREAKER_MIN_REQUESTS": 10_000, "BREAKER_CONSECUTIVE_FAILURES": 10_000, "CANARY_MIN_SAMPLE": 20}
     key = allowlisted("order-agent", team="commerce")
     stable_proc, canary_proc = agent_procs(["order-agent"]), agent_procs(["order-agent"])
     canary_proc.set_faults("order-agent", fail_rate=1.0, fail_status=500)

@@ -78,7 +78,8 @@ def test_non_idempotent_capability_is_never_executed_twice(api, running_agents, 
 
 
 def test_breaker_opens_after_failure_rate_and_half_opens_after_window(api, running_agents, settings):
-    settings.REACH = {**settings.REACH, "BACKOFF_BASE_S": 0.001, "BACKOFF_JITTER_S": 0.001}
+    settings.REACH = {**settings.REACH, "BACKOFF_BASE_S": 0.001, "BACKOFF_JITTER_S": 0.001,
+                      "BREAKER_CONSECUTIVE_FAILURES": 10_000}  # the rate rule (failures in a row: test_breaker_and_capacity)
     agents = running_agents(["order-agent"])
     agents.set_faults("order-agent", fail_rate=1.0, fail_status=500)
     inst = instance_of("order-agent").pk

@@ -157,3 +157,57 @@ def test_a_version_re_embedded_by_a_new_revision_is_read_again_by_a_running_proc
         assert np.allclose(scored[vid], expected[vid], atol=1e-5), (vid, scored[vid], expected[vid])
     # the versions that were not re-embedded are still held, the re-embedded one is held anew
     assert len(snapshot.TEXT_VECTORS.get(ids, embedder.name, fetch=False)) == len(ids)
+
+
+def test_interchangeable_agents_share_the_traffic_and_the_less_loaded_one_goes_first(running_agents, tmp_path):
+    """Two agents offering one service (the same examples: one family) are told apart by load, not by which one's
+    examples score a hair higher: with equal load both come first in turn; with one of them busy, the other one
+    does. Each is scored with the family's best semantic component, so the decision does not depend on the pick."""
+    import yaml
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from registry.embedding import get_embedder
+    from registry.embedding_service import capability_version_embed
+    from registry.models import Agent, CapabilityVersion, Instance
+    from routing import capacity, resolver, snapshot
+    from routing.calibration_service import calibration_refresh
+    from tests.routing.conftest import instance_of
+
+    running_agents(["order-agent", "doc-summary-agent", "notify-agent", "codegen-agent"])
+    twin = yaml.safe_load(open("examples/descriptors/order-agent.yaml"))
+    twin["agent"]["endpoint_id"] = "order-agent-b"
+    twin["capabilities"][0]["name"] = "order.query-b"
+    (tmp_path / "order-agent-b.yaml").write_text(yaml.safe_dump(twin, allow_unicode=True))
+    call_command("reach_import", str(tmp_path / "order-agent-b.yaml"), verbosity=0)
+    version = CapabilityVersion.objects.get(capability__name="order.query-b")
+    version.state = "active"
+    version.save(update_fields=["state"])
+    capability_version_embed(version=version, embedder=get_embedder())
+    calibration_refresh()
+    now = timezone.now()
+    b = Instance.objects.create(agent=Agent.objects.get(endpoint_id="order-agent-b"), instance_id="b-1",
+                                url="http://127.0.0.1:9/invoke", max_concurrency=8, last_heartbeat_at=now,
+                                last_seen_at=now)
+    a = instance_of("order-agent")
+    snapshot.bump_generation()
+    snapshot.clear_caches()
+
+    def first_of(n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            res = resolver.resolve(task="where is my order 5521, has it shipped")
+            out.append(res.candidates[0].version.capability)
+            assert {c.version.capability for c in res.candidates[:2]} == {"order.query", "order.query-b"}
+            assert res.candidates[0].score == res.candidates[1].score  # the family's semantic component for both
+            reasons = res.candidates[0].reasons + res.candidates[1].reasons
+            assert any("interchangeable with order.query" in r for r in reasons)
+        return out
+
+    assert set(first_of(30)) == {"order.query", "order.query-b"}  # equal load: either, at random
+    for _ in range(3):  # three calls in flight on order-agent's instance
+        capacity.acquire(f"instance:{a.pk}", cap=8)
+    assert set(first_of(10)) == {"order.query-b"}
+    for _ in range(5):  # now the twin is the busier one
+        capacity.acquire(f"instance:{b.pk}", cap=8)
+    assert set(first_of(10)) == {"order.query"}

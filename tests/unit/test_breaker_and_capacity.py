@@ -20,6 +20,8 @@ T0 = 1_800_000_000.0
 def reach(settings):
     settings.REACH = {**settings.REACH, "BREAKER_WINDOW_S": 10, "BREAKER_MIN_REQUESTS": 20,
                       "BREAKER_FAILURE_RATE": 0.4, "BREAKER_OPEN_S": 30, "BACKOFF_BASE_S": 0.2,
+                      # the rate rule alone (failures in a row have a test of their own)
+                      "BREAKER_CONSECUTIVE_FAILURES": 10_000,
                       "BACKOFF_CAP_S": 5.0, "BACKOFF_JITTER_S": 0.2}
     return settings.REACH
 
@@ -69,6 +71,34 @@ def test_half_open_lets_one_probe_through_whose_result_decides(reach):
     assert breaker.allow(inst)
     assert breaker.record(inst, True, now=T0 + 80) == breaker.CLOSED  # the probe succeeded: closed, counts gone
     assert breaker.state(inst) == breaker.CLOSED and breaker.allow(inst)
+
+
+def test_failures_in_a_row_open_the_breaker_whatever_the_volume(reach, settings):
+    """An instance called a few times a second never holds BREAKER_MIN_REQUESTS calls in a window: five failures
+    in a row open its breaker all the same, by the sync rules (``breaker.record``) and by the gateway's
+    (``admission.settle``, in Lua) alike; a success in between starts the count again."""
+    from routing import admission
+    from tests.helpers import run_async
+
+    settings.REACH = {**settings.REACH, "BREAKER_CONSECUTIVE_FAILURES": 5}
+    inst = next(_ids)
+    assert [breaker.record(inst, False, now=T0 + k * 0.1) for k in range(4)] == [breaker.CLOSED] * 4
+    assert breaker.record(inst, True, now=T0 + 0.5) == breaker.CLOSED  # a success: the row starts again
+    states = [breaker.record(inst, False, now=T0 + 0.6 + k * 0.1) for k in range(5)]
+    assert states == [breaker.CLOSED] * 4 + [breaker.OPEN]  # 9 calls in the window, far below the 20 of the rate
+    assert breaker.state(inst) == breaker.OPEN
+
+    instance = _instance(next(_ids))
+    settle = [run_async(admission.settle(instance, 1, ok=False, latency_ms=None)) for _ in range(4)]
+    assert settle == ["closed"] * 4
+    assert run_async(admission.settle(instance, 1, ok=True, latency_ms=30.0)) == "closed"
+    settle = [run_async(admission.settle(instance, 1, ok=False, latency_ms=None)) for _ in range(5)]
+    assert settle == ["closed"] * 4 + ["open"] and breaker.state(instance.id) == breaker.OPEN
+    # the probe after the open period closes it, and the row is counted afresh from there
+    redis_client().delete(breaker._keys(instance.id)[0])
+    assert run_async(admission.admit(instance))[0]
+    assert run_async(admission.settle(instance, 1, ok=True, latency_ms=30.0)) == "closed"
+    assert run_async(admission.settle(instance, 1, ok=False, latency_ms=None)) == "closed"
 
 
 def test_a_token_bucket_refuses_past_its_burst_and_refills_with_time():

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import contextvars
 import functools
+import heapq
 import itertools
 import logging
 import os
@@ -177,7 +178,7 @@ class _LoopClients:
     redis: Any  # redis.asyncio.Redis
     agent_session: Any = None  # aiohttp.ClientSession
     pg: asyncio.Task | None = None  # opens the psycopg AsyncConnectionPool (awaited by every user)
-    gate: asyncio.Semaphore | None = None  # the invoke gate's slots (``gate``)
+    gate: _Gate | None = None  # the invoke gate's slots (``gate``)
     pipeliner: Any = None  # _Pipeliner over ``redis``
     batchers: dict = field(default_factory=dict)  # ``batched``: a _Batcher per name
 
@@ -232,11 +233,58 @@ class _Shards:
 # The invoke gate. A burst of N requests on one loop would otherwise share the CPU in turns: every request takes
 # one step (parse, claim, admission, resolve) while the N-1 others take theirs, so all N reach their agents at the
 # end of the burst, and their answers come back as the same burst one agent latency later. With at most
-# REACH_INVOKE_GATE requests in those steps at once (first come, first served: asyncio's semaphore wakes its
-# waiters in order), the first of a burst reach their agents first, and the answers come back spread out. The gate
-# bounds CPU work only: a request leaves it before it waits on an agent or on another request (``leave_gate``),
-# so the calls in flight are not bounded by it.
-_gate_slot: contextvars.ContextVar[list | None] = contextvars.ContextVar("reach_gate_slot", default=None)
+# REACH_INVOKE_GATE requests in those steps at once, the first of a burst reach their agents first, and the
+# answers come back spread out. The slots go to the oldest request waiting (the time it entered the gate), and a
+# request gives its slot back while it waits on PostgreSQL, Redis or a database thread (``off_gate``) and takes
+# one again, ahead of younger requests, when that returns: a small gate keeps the CPU busy without letting a
+# burst's requests step through in turns. The gate bounds CPU work only: a request leaves it before it waits on
+# an agent or on another request (``leave_gate``), so the calls in flight are not bounded by it.
+class _Gate:
+    """``size`` slots handed to the oldest waiter first (asyncio's Semaphore serves them in arrival order)."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.waiters: list[tuple[float, int, asyncio.Future]] = []
+        self.order = itertools.count()
+
+    async def acquire(self, age: float) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiters, (age, next(self.order), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed the slot as it was cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        while self.waiters:
+            future = heapq.heappop(self.waiters)[2]
+            if not future.done():  # a cancelled waiter's future is skipped
+                future.set_result(None)
+                return
+        self.free += 1
+
+
+class _Slot:
+    """One request's place in the gate: held or not, and whether it has left for good."""
+
+    __slots__ = ("gate", "age", "owner", "held", "left")
+
+    def __init__(self, gate: _Gate, age: float) -> None:
+        self.gate, self.age, self.owner = gate, age, asyncio.current_task()
+        self.held = self.left = False
+
+    def mine(self) -> bool:
+        # a task started with a copy of the request's context (a shared token lookup, a shielded write) sees the
+        # slot but does not own it: giving it away there would let the request run on without one
+        return self.held and self.owner is asyncio.current_task()
+
+
+_gate_slot: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("reach_gate_slot", default=None)
 
 
 @contextlib.asynccontextmanager
@@ -245,14 +293,17 @@ async def gate():
     from django.conf import settings
 
     size = int(settings.REACH["INVOKE_GATE"])
-    if size <= 0 or _gate_slot.get():
+    current = _gate_slot.get()
+    if size <= 0 or (current is not None and not current.left):
         yield
         return
     clients = _clients_here()
     if clients.gate is None:
-        clients.gate = asyncio.Semaphore(size)
-    await clients.gate.acquire()
-    token = _gate_slot.set([clients.gate])
+        clients.gate = _Gate(size)
+    slot = _Slot(clients.gate, asyncio.get_running_loop().time())
+    await slot.gate.acquire(slot.age)
+    slot.held = True
+    token = _gate_slot.set(slot)
     try:
         yield
     finally:
@@ -261,10 +312,26 @@ async def gate():
 
 
 def leave_gate() -> None:
-    """Give the request's gate slot back now (it is about to wait on an agent, or on another request)."""
+    """Give the request's gate slot back for good (it is about to wait on an agent, or on another request)."""
     slot = _gate_slot.get()
-    if slot:
-        slot.pop().release()
+    if slot is not None and slot.mine():
+        slot.left, slot.held = True, False
+        slot.gate.release()
+
+
+async def off_gate(awaitable):
+    """Await ``awaitable`` (a wait on PostgreSQL, Redis or a database thread) without the request's gate slot,
+    then take one again, ahead of every younger request."""
+    slot = _gate_slot.get()
+    if slot is None or not slot.mine():
+        return await awaitable
+    slot.held = False
+    slot.gate.release()
+    try:
+        return await awaitable
+    finally:
+        await slot.gate.acquire(slot.age)
+        slot.held = True
 
 
 def http():
@@ -300,7 +367,7 @@ class _Batcher:
         self.queue.append((item, future))
         if self.sender is None:
             self.sender = asyncio.get_running_loop().create_task(self._drain())
-        return await future
+        return await off_gate(future)
 
     async def _drain(self) -> None:
         try:
@@ -534,8 +601,8 @@ async def db(fn, /, *args, **kwargs):
 
         return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
     ctx = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(
-        db_pool(), functools.partial(ctx.run, _db_job, fn, args, kwargs))
+    return await off_gate(asyncio.get_running_loop().run_in_executor(
+        db_pool(), functools.partial(ctx.run, _db_job, fn, args, kwargs)))
 
 
 def _after_fork() -> None:

@@ -288,11 +288,12 @@ REACH: dict[str, Any] = {
     "HTTP_POOL_SHARDS": int(env_float("REACH_HTTP_POOL_SHARDS", 16)),
     "REDIS_CONNECTIONS": int(env_float("REACH_REDIS_CONNECTIONS", 64)),
     "DUPLICATE_WAIT_S": env_float("REACH_DUPLICATE_WAIT_S", 60),
-    # requests of one process in their CPU-bound steps at once, first come first served (reach_platform.engine.gate);
-    # 0 turns the gate off. The slots are held through the steps' waits on PostgreSQL and Redis too, which grow
-    # under overload: 8 starved the steps at 1,024 slow callers (bench/slow_agents.py ratio 0.72 against 0.78
-    # without a gate), 32 did not (0.78), while at 256 callers it cut the p95 (about 370 against 500 ms added).
-    "INVOKE_GATE": int(env_float("REACH_INVOKE_GATE", 32)),
+    # requests of one process in their CPU-bound steps at once, oldest first (reach_platform.engine.gate); 0 turns
+    # the gate off. A request gives its slot back while it waits on PostgreSQL, Redis or a database thread, so a
+    # small gate keeps the CPU busy. 2 was measured against 32 and the old first-come gate of 32 in turns
+    # (bench/slow_agents.py, Dec 6): added p50 at 256 callers 28.1/25.4 against 40.2/40.3 and 32.4/32.2 ms,
+    # ratio at 1,024 callers 0.821/0.836 against 0.808/0.823 and 0.805/0.825.
+    "INVOKE_GATE": int(env_float("REACH_INVOKE_GATE", 2)),
     "POLL_CONCURRENCY": int(env_float("REACH_POLL_CONCURRENCY", 32)),
     "POLL_TIMEOUT_S": env_float("REACH_POLL_TIMEOUT_S", 5),
     # The gateway's own base URL as agents reach it (e.g. https://reach.example.com). With it, A2A agents whose

@@ -149,6 +149,12 @@ def fetch(sql: str, params: list) -> list[tuple]:
         return cursor.fetchall() if cursor.description is not None else []
 
 
+async def _afetch(pool, sql: str, params: list) -> list[tuple]:
+    async with pool.connection() as conn:
+        cursor = await conn.execute(sql, params, prepare=_prepare())
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
 async def afetch(sql: str, params: list) -> list[tuple]:
     """``fetch`` awaited on the engine loop, on a connection of the loop's pool (``engine.pg``): the statement is
     its own transaction. Under ``engine.run_in_caller_thread`` it runs in the caller's thread and transaction."""
@@ -156,9 +162,7 @@ async def afetch(sql: str, params: list) -> list[tuple]:
         return await engine.db(fetch, sql, params)
     pool = await engine.pg()
     try:
-        async with pool.connection() as conn:
-            cursor = await conn.execute(sql, params, prepare=_prepare())
-            return await cursor.fetchall() if cursor.description is not None else []
+        return await engine.off_gate(_afetch(pool, sql, params))
     except psycopg.IntegrityError as exc:
         raise IntegrityError(*exc.args) from exc
     except psycopg.Error as exc:

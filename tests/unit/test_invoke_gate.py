@@ -2,6 +2,7 @@
 slot back and takes the next one ahead of younger requests, and only the request itself can give its slot away."""
 
 import asyncio
+import concurrent.futures
 
 import pytest
 
@@ -14,13 +15,16 @@ def one_slot(settings):
 
 
 def _run(main):
+    """``main()`` on a loop of its own, in a thread of its own (the browser tests leave the main thread's loop
+    marked running)."""
     async def wrapped():
         try:
             return await main()
         finally:
             await engine._close_clients_here()
 
-    return asyncio.run(wrapped())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wrapped()).result()
 
 
 def test_a_request_back_from_its_io_goes_before_younger_ones(one_slot):

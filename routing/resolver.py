@@ -297,8 +297,12 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     # (a twin thrown out by its negative cases lends nothing)
     kept = [j for j in order if not _negative_filtered(closest.get(ids[j], (float(sims[j]), -1.0)), calibration)]
     twin_semantic = {i: max([float(semantic[i])] + [float(semantic[j]) for j in kept if fam[i, j]]) for i in order}
+    # equal scores (below the manual-review floor every semantic component is 0) keep the ranking's order; twins
+    # share their family's best place in it, so load and then chance choose among them
+    place = {i: k for k, i in enumerate(order)}
+    family_place = {i: min([place[i]] + [place[j] for j in kept if fam[i, j]]) for i in order}
     candidates = []
-    ties: dict[int, tuple[float, float]] = {}  # id(candidate) -> (its load, a random draw) to order equal scores
+    ties: dict[int, tuple[int, float, float]] = {}  # id(candidate) -> (family_place, load, a draw) for equal scores
     for i in order:
         info = snap.versions[ids[i]]
         ex, neg = closest.get(info.id, (float(sims[i]), -1.0))
@@ -340,7 +344,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
             + ([f"interchangeable with {', '.join(sorted(snap.versions[v].capability for v in twins))}: scored "
                 f"with the best semantic component among them ({twin_semantic[i]:.2f}); health, load and cost choose "
                 f"among them (in flight: {load:.0%} of max_concurrency)"] if twins else [])))
-        ties[id(candidates[-1])] = (load, rng.random())
+        ties[id(candidates[-1])] = (family_place[i], load, rng.random())
     candidates.sort(key=lambda c: (-c.score, *ties[id(c)]))
     # one candidate per capability; the canary share picks among a capability's ACTIVE versions
     seen: dict[str, Candidate] = {}

@@ -296,11 +296,12 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     # kept all of them until its breaker opened.
     # (a twin thrown out by its negative cases lends nothing)
     kept = [j for j in order if not _negative_filtered(closest.get(ids[j], (float(sims[j]), -1.0)), calibration)]
-    twin_semantic = {i: max([float(semantic[i])] + [float(semantic[j]) for j in kept if fam[i, j]]) for i in order}
+    family = {i: [j for j in kept if fam[i, j]] for i in order}  # each candidate's kept twins, itself included
+    twin_semantic = {i: max([float(semantic[i])] + [float(semantic[j]) for j in family[i]]) for i in order}
     # equal scores (below the manual-review floor every semantic component is 0) keep the ranking's order; twins
     # share their family's best place in it, so load and then chance choose among them
     place = {i: k for k, i in enumerate(order)}
-    family_place = {i: min([place[i]] + [place[j] for j in kept if fam[i, j]]) for i in order}
+    family_place = {i: min([place[i]] + [place[j] for j in family[i]]) for i in order}
     candidates = []
     ties: dict[int, tuple[int, float, float]] = {}  # id(candidate) -> (family_place, load, a draw) for equal scores
     for i in order:
@@ -324,7 +325,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
         load = min((loads[i.id] / max(1, i.max_concurrency) for i in info.instances), default=0.0)
         capacity_penalty = 0.1 * max(0.0, load - 0.8) / 0.2 if load > 0.8 else 0.0
         cost_penalty = 0.1 * cost_preference * (info.cost_per_call / max_cost) if max_cost else 0.0
-        twins = [ids[j] for j in kept if fam[i, j] and j != i]
+        twins = [ids[j] for j in family[i] if j != i]
         score = ((w_rule + w_sem) * twin_semantic[i] + w_conf * info.confidence_weight
                  + w_health * health) / total_w
         score -= capacity_penalty + cost_penalty

@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 
@@ -13,3 +14,11 @@ app.autodiscover_tasks()
 from reach_platform.tracing import configure_from_env  # noqa: E402
 
 configure_from_env()
+
+
+@worker_init.connect
+def _tune_gc(**_) -> None:
+    """A worker holds hundreds of calls in flight on its engine loop, as a web process does (serving.tune_gc)."""
+    from reach_platform.serving import tune_gc
+
+    tune_gc()

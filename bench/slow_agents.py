@@ -5,7 +5,8 @@ python bench/slow_agents.py [--latency-ms 2000] [--concurrency 256] [--seconds 2
 
 The gateway is served as production serves it (reach_platform.serving: uvicorn, WEB_WORKERS processes) on its
 own database (reach_bench_slow). Last line: JSON with direct_rps, gateway_rps, ratio, added_p50_ms, added_p95_ms,
-errors, the peak RSS (MB) of each gateway process, and the added p50 of the first, second and last wave of
+errors, the peak RSS (MB) of each gateway process, the CPU milliseconds per request of the gateway phase by process
+group (gateway, PostgreSQL, Redis, agent, load generator), and the added p50 of the first, second and last wave of
 answers, and of every wave (``all``: all callers start at once, so the first waves show the burst; the last
 wave has no new requests behind it, so the middle waves show the steady state). Targets
 (issue 11): ratio >= 0.9 and added p50 <= 30 ms at 256 callers, ratio >= 0.8 at 1,024, no errors.
@@ -19,7 +20,7 @@ import os
 import signal
 import uuid
 
-from _common import interpreter, peak_rss_mb, serve_gateway, setup_django, start_order_agent
+from _common import CpuMeter, interpreter, peak_rss_mb, serve_gateway, setup_django, start_order_agent
 from _load import load
 
 
@@ -57,8 +58,13 @@ def main() -> None:
         auth = {"Authorization": f"Token {token}"}
         load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=min(args.concurrency, 64), seconds=3)
         direct = load(f"{agent_url}/invoke", body, concurrency=args.concurrency, seconds=args.seconds)
+        meter = CpuMeter(load_generator=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
+                         agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+                         redis=CpuMeter.named("redis-server"))
+        meter.start()
         through = load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=args.concurrency,
                        seconds=args.seconds)
+        cpu = meter.stop(len(through.latencies_ms) + through.errors)
         rss = peak_rss_mb(web.pid)
     finally:
         for proc in (web, agents):
@@ -76,6 +82,9 @@ def main() -> None:
         # behind each other (how long the gateway takes to absorb that burst), the middle ones show the steady state
         # (the last has no new requests behind it)
         "added_p50_ms_by_wave": _by_wave(through, direct, args.concurrency),
+        # CPU per request through the gateway, by process group: steadier than the rates on a machine whose speed
+        # drifts, and what caps them once the cores are full
+        "cpu_ms_per_request_gateway": cpu,
     }
     print(f"direct  {figures['direct_rps']:>8} rps  p50 {figures['direct_p50_ms']} ms")
     print(f"gateway {figures['gateway_rps']:>8} rps  p50 {figures['gateway_p50_ms']} ms  ratio {figures['ratio']}")

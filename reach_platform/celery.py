@@ -11,6 +11,7 @@ app = Celery("reach_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+from reach_platform.serving import tune_gc  # noqa: E402
 from reach_platform.tracing import configure_from_env  # noqa: E402
 
 configure_from_env()
@@ -19,6 +20,4 @@ configure_from_env()
 @worker_init.connect
 def _tune_gc(**_) -> None:
     """A worker holds hundreds of calls in flight on its engine loop, as a web process does (serving.tune_gc)."""
-    from reach_platform.serving import tune_gc
-
     tune_gc()

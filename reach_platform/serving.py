@@ -8,6 +8,7 @@ process holds thousands of calls to slow agents.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -38,8 +39,6 @@ def tune_gc() -> None:
     (perf, py-spy; 1.3-1.5 s of collections a process in a 20 s run, timed with ``gc.callbacks``). What dies
     young is freed by reference counting either way; a larger youngest generation only defers the cycles, a few
     MB of them at most."""
-    import gc
-
-    from django.conf import settings
+    from django.conf import settings  # serving's command lines are built before Django is set up
 
     gc.set_threshold(*settings.REACH["GC_THRESHOLD"])

@@ -30,6 +30,15 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def _gc_threshold(text: str) -> tuple[int, int, int]:
+    from django.core.exceptions import ImproperlyConfigured
+
+    parts = text.replace(" ", "").split(",")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ImproperlyConfigured(f"REACH_GC_THRESHOLD must be three positive integers like 20000,10,10, not {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
 # Off unless asked for: `make run` turns it on (and says so); a deployment never shows Django's debug pages.
 DEBUG = env_bool("DEBUG", False)
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes the tests start).
@@ -215,15 +224,6 @@ CELERY_TASK_ALWAYS_EAGER = False
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 _TEST_NETWORKS = "127.0.0.0/8,::1/128" if os.environ.get("PYTEST_VERSION") else ""
-
-def _gc_threshold(text: str) -> tuple[int, int, int]:
-    from django.core.exceptions import ImproperlyConfigured
-
-    parts = text.replace(" ", "").split(",")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ImproperlyConfigured(f"REACH_GC_THRESHOLD must be three positive integers like 20000,10,10, not {text!r}")
-    return int(parts[0]), int(parts[1]), int(parts[2])
-
 
 # --- Agent-Reach knobs (BRIEF "Defaults worth keeping") -------------------------------------------------
 REACH: dict[str, Any] = {

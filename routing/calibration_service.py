@@ -6,7 +6,7 @@ import numpy as np
 from django.conf import settings
 
 from registry.choices import VectorKind, VersionState
-from registry.embedding import embedder_name, normalize_text
+from registry.embedding import blas_threads, embedder_name, normalize_text
 from registry.models import CapabilityVector, CapabilityVersion
 from registry.vectors import embedding_bytes, vector_from_bytes
 from routing.calibration import (
@@ -59,11 +59,12 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
     extra = head_texts(ids, words, matrices(VectorKind.DESCRIPTION)) if use_head else None
     if extra is not None:
         extra.lexical = len(ids) <= LEXICAL_MAX_CAPABILITIES
-    calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
-                                  max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
-                                  example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE),
-                                  texts=extra, candidates=int(reach["CANDIDATES"]))
-    head = fit_head(ex, ids, extra) if use_head else None
+    with blas_threads():  # a process's BLAS runs on one thread outside batch work (see one_blas_thread)
+        calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
+                                      max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
+                                      example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE),
+                                      texts=extra, candidates=int(reach["CANDIDATES"]))
+        head = fit_head(ex, ids, extra) if use_head else None
     RoutingCalibration.objects.update_or_create(embedder=name, defaults={
         "params": calibration.to_json(), "capabilities": len(ids), "head": head.to_bytes() if head else None})
     bump_generation()

@@ -27,7 +27,7 @@ from django.db import connection
 from reach_platform.errors import InvalidInput, NotFound
 from registry.embedding import get_embedder, normalize_text, text_hash
 from registry.vectors import pgvector_compute_enabled, vector_literal
-from routing import breaker, capacity, snapshot
+from routing import breaker, snapshot
 from routing.calibration import families, head_shares, keyword_grams, language_buckets
 from routing.choices import Decision
 from routing.schemas import validator_for
@@ -284,9 +284,7 @@ def resolve(*, task: str | None = None, capability: str | None = None, payload: 
     semantic = np.clip((calibrated * total_w - w_conf - w_health) / max(w_sem + w_rule, 1e-9), 0.0, 1.0)
 
     pool_instances = [inst for i in order for inst in snap.versions[ids[i]].instances]
-    open_set = breaker.open_instances([inst.id for inst in pool_instances])
-    loads = dict(zip([inst.id for inst in pool_instances],
-                     capacity.in_flight([f"instance:{inst.id}" for inst in pool_instances]), strict=True))
+    open_set, loads = breaker.open_instances_and_loads([inst.id for inst in pool_instances])
     costs = [snap.versions[ids[i]].cost_per_call for i in order]
     max_cost = max(costs) if costs else 0.0
     # Interchangeable agents (a family: centroids within cosine 0.95) offer one service, so which of them serves is

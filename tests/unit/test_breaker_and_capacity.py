@@ -47,6 +47,18 @@ def test_failures_open_the_breaker_and_successes_do_not(reach):
     assert breaker.open_instances([inst, next(_ids)]) == {inst}
 
 
+def test_the_resolver_reads_open_breakers_and_calls_in_flight_together(reach):
+    """One round trip for a resolve's candidates: which breakers are open and how many calls each instance holds
+    (the counts ``capacity.acquire`` keeps for ``instance:<id>``)."""
+    tripped, busy, idle = next(_ids), next(_ids), next(_ids)
+    for k in range(20):
+        breaker.record(tripped, False, now=T0 + k * 0.1)
+    assert capacity.acquire(f"instance:{busy}", cap=5) and capacity.acquire(f"instance:{busy}", cap=5)
+    assert capacity.acquire(f"instance:{tripped}", cap=5)
+    assert breaker.open_instances_and_loads([tripped, busy, idle]) == ({tripped}, {tripped: 1, busy: 2, idle: 0})
+    assert breaker.open_instances_and_loads([]) == (set(), {})
+
+
 def test_outcomes_older_than_the_window_do_not_count(reach):
     inst = next(_ids)
     for _ in range(19):

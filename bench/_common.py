@@ -205,59 +205,73 @@ class CpuMeter:
     """CPU seconds (user + system, all threads) spent by groups of processes while it runs, read from /proc
     (Linux): e.g. the load generator (this process), the gateway (its uvicorn process group), the agent,
     PostgreSQL and Redis. Sampled every ``interval`` seconds so that processes that come and go (a database
-    backend replaced after CONN_MAX_AGE) are counted up to their last sample."""
+    backend replaced after CONN_MAX_AGE) are counted up to their last sample.
 
-    def __init__(self, interval: float = 0.2, **groups):
-        self.groups = groups  # name -> callable returning the pids to count
+    A group is a matcher of (pid, process group, command name): ``CpuMeter.pid``, ``process_groups``, ``named``.
+    Each process is classified once, from the one ``/proc/PID/stat`` read that also gives its CPU ticks; a
+    sample reads only the counted processes' files. (Scanning /proc once per group and sample, as this meter did
+    first, cost this process 3-4 % of a core: CPU taken from the gateway under test, and the GIL from the load
+    generator's loop for ~7 ms every sample.)"""
+
+    def __init__(self, interval: float = 0.5, **groups):
+        self.groups = groups  # name -> matcher(pid, pgrp, comm) -> bool
         self.interval = interval
         self._last: dict[int, int] = {}
+        self._group_of: dict[int, str | None] = {}  # pid -> its group's name, None: not counted
         self._totals: dict[str, int] = {}
         self._stop = None
         self._thread = None
 
     @staticmethod
-    def _ticks(pid: int) -> int | None:
+    def _stat(pid: int) -> tuple[str, int, int] | None:
+        """(command name, process group, utime + stime ticks), or None when the process is gone."""
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            text = Path(f"/proc/{pid}/stat").read_text()
         except OSError:  # gone
             return None
-        return int(fields[11]) + int(fields[12])  # utime, stime
+        head, _, rest = text.rpartition(")")
+        fields = rest.split()
+        return head.partition("(")[2], int(fields[2]), int(fields[11]) + int(fields[12])
 
     @staticmethod
-    def _pids(keep) -> list[int]:
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if keep(entry):
-                        out.append(int(entry.name))
-                except OSError:  # gone meanwhile
-                    pass
-        return out
+    def pid(*pids: int):
+        return lambda pid, pgrp, comm: pid in pids
 
-    @classmethod
-    def process_group(cls, pgid: int):
-        return lambda: cls._pids(lambda entry: os.getpgid(int(entry.name)) == pgid)
+    @staticmethod
+    def process_groups(*pgids: int):
+        return lambda pid, pgrp, comm: pgrp in pgids
 
-    @classmethod
-    def named(cls, *names: str):
-        return lambda: cls._pids(lambda entry: (entry / "comm").read_text().strip() in names)
+    @staticmethod
+    def named(*names: str):
+        return lambda pid, pgrp, comm: comm in names
 
     def _sample(self, baseline: bool = False) -> None:
-        for name, pids in self.groups.items():
-            for pid in pids():
-                ticks = self._ticks(pid)
-                if ticks is None:
-                    continue
-                previous = self._last.get(pid)
-                if not baseline:  # a process first seen now started after the baseline: all of it counts
-                    self._totals[name] += ticks - (previous if previous is not None else 0)
-                self._last[pid] = ticks
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            known = pid in self._group_of
+            if known and self._group_of[pid] is None:
+                continue
+            stat = self._stat(pid)
+            if stat is None:
+                continue
+            comm, pgrp, ticks = stat
+            if not known:
+                self._group_of[pid] = next((name for name, matches in self.groups.items()
+                                            if matches(pid, pgrp, comm)), None)
+            name = self._group_of[pid]
+            if name is None:
+                continue
+            previous = self._last.get(pid)
+            if not baseline:  # a process first seen now started after the baseline: all of it counts
+                self._totals[name] += ticks - (previous if previous is not None else 0)
+            self._last[pid] = ticks
 
     def start(self) -> None:
         import threading
 
-        self._last, self._totals = {}, dict.fromkeys(self.groups, 0)
+        self._last, self._group_of, self._totals = {}, {}, dict.fromkeys(self.groups, 0)
         self._sample(baseline=True)
         self._stop = threading.Event()
 

@@ -106,9 +106,9 @@ def main() -> None:
         server.close()
         return t0, submit_s, submitted
 
-    meter = CpuMeter(interval=0.5, submitter_and_receiver=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
-                     workers=lambda: [pid for w in workers for pid in CpuMeter.process_group(w.pid)()],
-                     agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+    meter = CpuMeter(submitter_and_receiver=CpuMeter.pid(os.getpid()), gateway=CpuMeter.process_groups(web.pid),
+                     workers=CpuMeter.process_groups(*(w.pid for w in workers)),
+                     agent=CpuMeter.process_groups(agents.pid), postgres=CpuMeter.named("postgres"),
                      redis=CpuMeter.named("redis-server"))
     counts_before = _counts()
     try:

@@ -84,8 +84,8 @@ def main() -> None:
                                 "request_id": uuid.uuid4().hex}
         auth = {"Authorization": f"Token {token}"}
         load(f"{gateway}/api/v1/invoke", gateway_body, auth, args.concurrency, 3)  # warm-up: connections, caches
-        meter = CpuMeter(load_generator=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
-                         agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+        meter = CpuMeter(load_generator=CpuMeter.pid(os.getpid()), gateway=CpuMeter.process_groups(web.pid),
+                         agent=CpuMeter.process_groups(agents.pid), postgres=CpuMeter.named("postgres"),
                          redis=CpuMeter.named("redis-server"))
         meter.start()
         direct_rps, direct_lat, direct_err = load(f"{agent_url}/invoke", direct_body, {}, args.concurrency,

@@ -58,8 +58,8 @@ def main() -> None:
         auth = {"Authorization": f"Token {token}"}
         load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=min(args.concurrency, 64), seconds=3)
         direct = load(f"{agent_url}/invoke", body, concurrency=args.concurrency, seconds=args.seconds)
-        meter = CpuMeter(load_generator=lambda: [os.getpid()], gateway=CpuMeter.process_group(web.pid),
-                         agent=CpuMeter.process_group(agents.pid), postgres=CpuMeter.named("postgres"),
+        meter = CpuMeter(load_generator=CpuMeter.pid(os.getpid()), gateway=CpuMeter.process_groups(web.pid),
+                         agent=CpuMeter.process_groups(agents.pid), postgres=CpuMeter.named("postgres"),
                          redis=CpuMeter.named("redis-server"))
         meter.start()
         through = load(f"{gateway}/api/v1/invoke", body, headers=auth, concurrency=args.concurrency,

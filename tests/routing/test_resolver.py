@@ -231,3 +231,33 @@ def test_candidates_of_equal_score_keep_the_ranking_order(running_agents):
         assert shares == sorted(shares, reverse=True), shares
         orders.add(tuple(c.version.capability for c in res.candidates))
     assert len(orders) == 1, orders
+
+
+def test_a_big_registrys_centroids_are_scored_in_two_halves_with_the_same_cosines(monkeypatch):
+    """numpy's BLAS runs on one thread, so from SPLIT_CENTROIDS_AT numbers on the query's product with the
+    centroids runs as two halves on two threads: the same cosines, row for row, as the whole product."""
+    import threading
+
+    import numpy as np
+
+    from registry.embedding import blas_threads
+    from routing import resolver
+
+    rng = np.random.default_rng(7)
+    centroids = rng.standard_normal((2_001, 896)).astype(np.float32)
+    query = rng.standard_normal(896).astype(np.float32)
+    threads = set()
+    dot = np.dot
+
+    def seen(*args):
+        threads.add(threading.current_thread().name)
+        return dot(*args)
+
+    monkeypatch.setattr(resolver.np, "dot", seen)
+    with blas_threads(1):  # as in a process that embeds (registry.embedding.one_blas_thread)
+        whole = centroids @ query
+        assert centroids.size < resolver.SPLIT_CENTROIDS_AT
+        assert np.array_equal(resolver.centroid_cosines(centroids, query), whole) and not threads
+        monkeypatch.setattr(resolver, "SPLIT_CENTROIDS_AT", 1_000_000)
+        assert np.array_equal(resolver.centroid_cosines(centroids, query), whole)
+    assert len(threads) == 1 and threads.pop().startswith("resolve-half")

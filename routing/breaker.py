@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from routing.capacity import in_flight_key
 from routing.snapshot import redis_client
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
@@ -54,7 +55,7 @@ def open_instances_and_loads(instance_ids: list[int]) -> tuple[set[int], dict[in
     if not instance_ids:
         return set(), {}
     values = redis_client().mget([_keys(i)[0] for i in instance_ids]
-                                 + [f"reach:inflight:instance:{i}" for i in instance_ids])
+                                 + [in_flight_key(f"instance:{i}") for i in instance_ids])
     flags, loads = values[:len(instance_ids)], values[len(instance_ids):]
     return ({i for i, flag in zip(instance_ids, flags, strict=True) if flag},
             {i: int(load or 0) for i, load in zip(instance_ids, loads, strict=True)})

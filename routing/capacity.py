@@ -50,18 +50,23 @@ def take_token(key: str, rate: float, burst: float | None = None, *, now: float 
                                              args=[rate, burst, time.time() if now is None else now]))
 
 
+def in_flight_key(key: str) -> str:
+    """The Redis key of ``key``'s in-flight count (``instance:<id>``, a caller's)."""
+    return f"reach:inflight:{key}"
+
+
 def acquire(key: str, cap: int, ttl: int = 600) -> bool:
-    return int(_script("acquire", _ACQUIRE)(keys=[f"reach:inflight:{key}"], args=[cap, ttl])) >= 0
+    return int(_script("acquire", _ACQUIRE)(keys=[in_flight_key(key)], args=[cap, ttl])) >= 0
 
 
 def release(key: str) -> None:
     r = redis_client()
-    if r.decr(f"reach:inflight:{key}") < 0:
-        r.set(f"reach:inflight:{key}", 0)
+    if r.decr(in_flight_key(key)) < 0:
+        r.set(in_flight_key(key), 0)
 
 
 def in_flight(keys: list[str]) -> list[int]:
     if not keys:
         return []
-    return [int(v or 0) for v in redis_client().mget([f"reach:inflight:{k}" for k in keys])]
+    return [int(v or 0) for v in redis_client().mget([in_flight_key(k) for k in keys])]
 

@@ -137,11 +137,13 @@ async def claim_on_loop(fields: dict) -> tuple[Task, bool]:
 
 
 def _keyed(fields: dict):
-    """The new task under each key it may take, in turn."""
-    caller_pk = getattr(fields["caller"], "pk", 0)
-    for key in (fields["request_id"], f"{fields['request_id'][:88]}~{caller_pk}",
-                f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"):
-        yield Task(**fields, key=key)
+    """The new task under each key it may take, in turn (one instance, its key changed for the next try)."""
+    row = Task(**fields, key=fields["request_id"])
+    yield row
+    row.key = f"{fields['request_id'][:88]}~{getattr(fields['caller'], 'pk', 0)}"
+    yield row
+    row.key = f"{fields['request_id'][:88]}~{secrets.token_hex(5)}"  # drawn only when both keys are taken
+    yield row
 
 
 CARRIED_ROW_MAX = 16_384  # bytes of a claimed async task's row that its Celery message carries (``run_queued``)

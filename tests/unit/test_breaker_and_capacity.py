@@ -252,6 +252,65 @@ def test_concurrent_requests_commands_share_round_trips_and_keep_their_own_repli
     redis_client().delete(f"{base}:n", f"{base}:text", *[f"{base}:{k}" for k in range(1, 101)])
 
 
+def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a_lost_connection():
+    """The pipeliner's own connection (``engine._RespLink``) hands every command the reply redis-py's pipeline
+    gives (types through the client's callbacks, error replies as redis-py's exceptions, nested ones too, a
+    missing script as NoScriptError); a connection the server drops fails its batch, and the next batch opens a
+    new one."""
+    from redis.exceptions import NoScriptError, ResponseError
+
+    from reach_platform import engine
+    from tests.helpers import run_async
+
+    base = f"reach:test:link:{next(_ids)}"
+
+    def add(pipe):
+        pipe.hset(f"{base}:h", mapping={"a": 1, "b": "x"})
+        pipe.hgetall(f"{base}:h")
+        pipe.incrbyfloat(f"{base}:f", 0.25)
+        pipe.expire(f"{base}:f", 60)
+        pipe.exists(f"{base}:none")
+        pipe.eval("return {1, 'two', redis.pcall('INCR', KEYS[1]), false}", 1, f"{base}:h")
+        pipe.evalsha("0" * 40, 0)
+        pipe.incr(f"{base}:h")
+
+    async def scenario():
+        client = engine.redis()
+        reference = client.pipeline(transaction=False)
+        add(reference)
+        expected = await reference.execute(raise_on_error=False)
+        await client.delete(f"{base}:h", f"{base}:f")
+        got = await engine.redis_pipelined(add)
+        # the server drops the link's connection: that batch fails, the next one reconnects
+        (link_id,) = await engine.redis_pipelined(lambda pipe: pipe.client_id())
+        await client.execute_command("CLIENT", "KILL", "ID", link_id)
+        lost = None
+        try:
+            await engine.redis_pipelined(lambda pipe: pipe.ping())
+        except Exception as exc:
+            lost = exc
+        (new_id,) = await engine.redis_pipelined(lambda pipe: pipe.client_id())
+        return expected, got, lost, link_id, new_id
+
+    expected, got, lost, link_id, new_id = run_async(scenario())
+
+    def shape(reply):
+        if isinstance(reply, Exception):
+            return type(reply).__name__
+        if isinstance(reply, list):
+            return [shape(item) for item in reply]
+        return reply
+
+    assert len(got) == len(expected) == 8
+    assert [shape(r) for r in got] == [shape(r) for r in expected]
+    assert got[1] == {b"a": b"1", b"b": b"x"} and got[2] == 0.25 and got[3] is True and got[4] == 0
+    assert isinstance(got[5][2], ResponseError) and isinstance(got[6], NoScriptError)
+    assert isinstance(got[7], ResponseError)
+    assert new_id != link_id  # a new connection
+    assert lost is not None and "connection" in type(lost).__name__.lower()
+    redis_client().delete(f"{base}:h", f"{base}:f")
+
+
 def test_concurrent_requests_items_go_in_batches_and_a_failed_batch_fails_only_its_own():
     """``engine.batched`` hands the items that come while a batch is out to one call as the next batch (callback
     receipts: one UPDATE for many deliveries); a batch whose call fails fails its own items only."""

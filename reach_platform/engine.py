@@ -465,8 +465,9 @@ class _RespLink:
     about 40 us of CPU per command (its encoder per argument, a timeout scope and parser checks per reply): 185-230
     against 64-71 us for a batch of four EVALSHAs on this machine kind (one core). The same bytes go on the wire
     (hiredis packs as redis-py's serializer does). Only for ``redis://`` and ``unix://`` URLs; TLS or other
-    options keep redis-py's pipeline (``for_url``). Any failure drops the connection (the batch hears it, as
-    from redis-py); the next batch opens a new one."""
+    options keep redis-py's pipeline (``for_url``). A connection the server closed while it was idle is replaced
+    before the batch is written; a failure during a batch drops the connection and fails that batch (its commands
+    are not sent again: an admission script may have run), and the next batch opens a new one."""
 
     def __init__(self, params: dict) -> None:
         self.params = params
@@ -507,6 +508,8 @@ class _RespLink:
 
     async def exchange(self, commands: list[tuple]) -> list:
         done = False
+        if self.streams is not None and (self.streams[0].at_eof() or self.streams[1].is_closing()):
+            self.close()  # the server closed it while idle (a restart, an idle timeout): open a new one first
         try:
             if self.streams is None:
                 await self._open()

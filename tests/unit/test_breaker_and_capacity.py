@@ -255,8 +255,10 @@ def test_concurrent_requests_commands_share_round_trips_and_keep_their_own_repli
 def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a_lost_connection():
     """The pipeliner's own connection (``engine._RespLink``) hands every command the reply redis-py's pipeline
     gives (types through the client's callbacks, error replies as redis-py's exceptions, nested ones too, a
-    missing script as NoScriptError); a connection the server drops fails its batch, and the next batch opens a
-    new one."""
+    missing script as NoScriptError); an idle connection the server dropped is replaced before the next batch;
+    a connection that breaks under a batch fails that batch, and the next batch opens a new one."""
+    import asyncio
+
     from redis.exceptions import NoScriptError, ResponseError
 
     from reach_platform import engine
@@ -281,18 +283,25 @@ def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a
         expected = await reference.execute(raise_on_error=False)
         await client.delete(f"{base}:h", f"{base}:f")
         got = await engine.redis_pipelined(add)
-        # the server drops the link's connection: that batch fails, the next one reconnects
+        # the server drops the link's idle connection: the next batch goes over a new one
         (link_id,) = await engine.redis_pipelined(lambda pipe: pipe.client_id())
         await client.execute_command("CLIENT", "KILL", "ID", link_id)
+        await asyncio.sleep(0.1)  # the close reaches the link's socket
+        after_kill = await engine.redis_pipelined(lambda pipe: (pipe.ping(), pipe.client_id()))
+        # a connection that breaks during a batch fails that batch only: the next one reconnects
+        link = engine._clients_here().pipeliner.link
+        link.streams[1].transport.abort()  # broken under the batch, which finds out on its read
+        link.streams[1].is_closing = lambda: False  # as if the break came after the batch was written
+        link.streams[0].at_eof = lambda: False
         lost = None
         try:
             await engine.redis_pipelined(lambda pipe: pipe.ping())
         except Exception as exc:
             lost = exc
-        (new_id,) = await engine.redis_pipelined(lambda pipe: pipe.client_id())
-        return expected, got, lost, link_id, new_id
+        (last_id,) = await engine.redis_pipelined(lambda pipe: pipe.client_id())
+        return expected, got, lost, link_id, after_kill, last_id
 
-    expected, got, lost, link_id, new_id = run_async(scenario())
+    expected, got, lost, link_id, after_kill, last_id = run_async(scenario())
 
     def shape(reply):
         if isinstance(reply, Exception):
@@ -306,8 +315,9 @@ def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a
     assert got[1] == {b"a": b"1", b"b": b"x"} and got[2] == 0.25 and got[3] is True and got[4] == 0
     assert isinstance(got[5][2], ResponseError) and isinstance(got[6], NoScriptError)
     assert isinstance(got[7], ResponseError)
-    assert new_id != link_id  # a new connection
+    assert after_kill[0] is True and after_kill[1] != link_id  # a new connection, no error
     assert lost is not None and "connection" in type(lost).__name__.lower()
+    assert last_id not in (link_id, after_kill[1])
     redis_client().delete(f"{base}:h", f"{base}:f")
 
 

@@ -429,8 +429,13 @@ class _Pipeliner(_Batcher):
                 spans.append((first, len(pipe)))
         if not len(pipe):
             replies = []
-        elif self.link is not None:
-            replies = await self._exchange(self.link, pipe.command_stack)
+        elif self.link is not None and self.link.usable:
+            try:
+                replies = await self._exchange(self.link, pipe.command_stack)
+            except Exception:
+                if self.link.usable:
+                    raise
+                replies = await pipe.execute(raise_on_error=False)  # the server speaks no RESP3: redis-py's way
         else:
             replies = await pipe.execute(raise_on_error=False)
         return [span if isinstance(span, _Raised) else replies[span[0]:span[1]] for span in spans]
@@ -451,6 +456,8 @@ class _Pipeliner(_Batcher):
             if isinstance(reply, ResponseError):
                 replies.append(options[EMPTY_RESPONSE] if EMPTY_RESPONSE in options else reply)
                 continue
+            if isinstance(reply, Exception):  # LOADING, NOAUTH...: redis-py's pipeline raised these for the batch
+                raise reply
             callback = self.client.response_callbacks.get(args[0])
             if callback is not None:
                 reply = callback(reply, **{k: v for k, v in options.items()
@@ -465,14 +472,19 @@ class _RespLink:
     about 40 us of CPU per command (its encoder per argument, a timeout scope and parser checks per reply): 185-230
     against 64-71 us for a batch of four EVALSHAs on this machine kind (one core). The same bytes go on the wire
     (hiredis packs as redis-py's serializer does). Only for ``redis://`` and ``unix://`` URLs; TLS or other
-    options keep redis-py's pipeline (``for_url``). A connection the server closed while it was idle is replaced
-    before the batch is written; a failure during a batch drops the connection and fails that batch (its commands
-    are not sent again: an admission script may have run), and the next batch opens a new one."""
+    options keep redis-py's pipeline (``for_url``), and so does a server that does not speak RESP3 (``usable``).
+    A connection the server closed while it was idle is replaced before the batch is written; a failure during a
+    batch (its reply later than redis-py's socket timeout, 5 s, included) drops the connection and fails that
+    batch (its commands are not sent again: an admission script may have run), and the next batch opens a new
+    one."""
+
+    TIMEOUT_S = 5.0  # redis-py's default socket and connect timeouts, which its pipeline had here
 
     def __init__(self, params: dict) -> None:
         self.params = params
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.parser: Any = None
+        self.usable = True
 
     @classmethod
     def for_url(cls, url: str) -> _RespLink | None:
@@ -488,37 +500,51 @@ class _RespLink:
     async def _open(self) -> None:
         import hiredis
         from redis._parsers.base import BaseParser
-        from redis.exceptions import ResponseError
+        from redis.exceptions import InvalidResponse, ResponseError
 
         if self.params.get("path"):
             reader, writer = await asyncio.open_unix_connection(self.params["path"])
         else:
             reader, writer = await asyncio.open_connection(self.params.get("host") or "localhost",
                                                            int(self.params.get("port") or 6379))
-        self.streams, self.parser = (reader, writer), hiredis.Reader(replyError=BaseParser.parse_error)
+        # as redis-py's hiredis parser reads: its error mapping, its protocol error, and a sentinel for "more
+        # bytes needed" (a RESP3 false reply is False)
+        self.streams = (reader, writer)
+        self.parser = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error,
+                                     notEnoughData=_MORE)
         # RESP3, as redis-py speaks it by default: the replies have the types its pipeline would hand over
-        auth = ("AUTH", self.params.get("username") or "default", self.params["password"]) \
-            if self.params.get("password") else ()
+        username, password = self.params.get("username"), self.params.get("password")
+        auth = ("AUTH", username or "default", password or "") if username or password else ()
         hello: list[tuple] = [("HELLO", 3, *auth)]
         if self.params.get("db"):
             hello.append(("SELECT", int(self.params["db"])))
-        for reply in await self._roundtrip(hello):
-            if isinstance(reply, ResponseError):
+        replies = await self._roundtrip(hello)
+        for reply in replies:  # a refused login (AuthenticationError is not a ResponseError) included
+            if isinstance(reply, Exception):
+                if isinstance(reply, ResponseError) and "unknown command" in str(reply).lower():
+                    self.usable = False  # no HELLO (Redis before 6, some proxies): redis-py's pipeline instead
                 raise reply
+        if not isinstance(replies[0], dict) or replies[0].get(b"proto") != 3:
+            self.usable = False
+            raise InvalidResponse("the server did not switch to RESP3")
 
     async def exchange(self, commands: list[tuple]) -> list:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
         done = False
         if self.streams is not None and (self.streams[0].at_eof() or self.streams[1].is_closing()):
             self.close()  # the server closed it while idle (a restart, an idle timeout): open a new one first
         try:
-            if self.streams is None:
-                await self._open()
-            replies = await self._roundtrip(commands)
+            async with asyncio.timeout(self.TIMEOUT_S):
+                if self.streams is None:
+                    await self._open()
+                replies = await self._roundtrip(commands)
             done = True
             return replies
+        except TimeoutError as exc:
+            raise RedisTimeoutError(f"Redis: no answer within {self.TIMEOUT_S:g} s") from exc
         except OSError as exc:
-            from redis.exceptions import ConnectionError as RedisConnectionError
-
             raise RedisConnectionError(f"Redis: {exc}") from exc
         finally:
             if not done:
@@ -533,7 +559,7 @@ class _RespLink:
         parser = self.parser
         while len(replies) < len(commands):
             reply = parser.gets()
-            if reply is False:
+            if reply is _MORE:
                 data = await reader.read(65536)
                 if not data:
                     raise ConnectionResetError("the connection closed")
@@ -546,6 +572,9 @@ class _RespLink:
         if self.streams is not None:
             self.streams[1].close()
         self.streams, self.parser = None, None
+
+
+_MORE = object()  # hiredis's "not enough data yet" (``_RespLink``)
 
 
 async def batched(name: str, run, item) -> None:

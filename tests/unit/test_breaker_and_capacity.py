@@ -275,6 +275,8 @@ def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a
         pipe.eval("return {1, 'two', redis.pcall('INCR', KEYS[1]), false}", 1, f"{base}:h")
         pipe.evalsha("0" * 40, 0)
         pipe.incr(f"{base}:h")
+        pipe.eval("redis.setresp(3); return false", 0)  # a top-level RESP3 false is a reply, not "more bytes"
+        pipe.ping()
 
     async def scenario():
         client = engine.redis()
@@ -310,7 +312,8 @@ def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a
             return [shape(item) for item in reply]
         return reply
 
-    assert len(got) == len(expected) == 8
+    assert len(got) == len(expected) == 10
+    assert got[8] is False and got[9] is True
     assert [shape(r) for r in got] == [shape(r) for r in expected]
     assert got[1] == {b"a": b"1", b"b": b"x"} and got[2] == 0.25 and got[3] is True and got[4] == 0
     assert isinstance(got[5][2], ResponseError) and isinstance(got[6], NoScriptError)
@@ -319,6 +322,41 @@ def test_the_pipelined_link_answers_as_redis_pys_pipeline_and_reconnects_after_a
     assert lost is not None and "connection" in type(lost).__name__.lower()
     assert last_id not in (link_id, after_kill[1])
     redis_client().delete(f"{base}:h", f"{base}:f")
+
+
+def test_the_pipelined_link_times_out_as_redis_py_did_and_refuses_a_failed_login():
+    """A server that never answers fails the batch after redis-py's socket timeout (the link then holds no
+    connection), and a refused login fails it with redis-py's AuthenticationError instead of going on as the
+    default user."""
+    import asyncio
+    import socket
+
+    from redis.exceptions import AuthenticationError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from reach_platform import engine
+    from tests.helpers import run_async
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)  # accepts (the kernel does) and never answers
+    try:
+        link = engine._RespLink.for_url(f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+        link.TIMEOUT_S = 0.3
+
+        async def ask(link):
+            try:
+                await link.exchange([("PING",)])
+            except Exception as exc:
+                return exc
+            return None
+
+        timed_out = run_async(asyncio.wait_for(ask(link), 10))
+        assert isinstance(timed_out, RedisTimeoutError) and link.streams is None
+    finally:
+        silent.close()
+    refused = run_async(ask(engine._RespLink.for_url("redis://nosuchuser-reach:wrong@127.0.0.1:6379/0")))
+    assert isinstance(refused, AuthenticationError)
 
 
 def test_concurrent_requests_items_go_in_batches_and_a_failed_batch_fails_only_its_own():

@@ -138,7 +138,7 @@ async def claim_on_loop(fields: dict) -> tuple[Task, bool]:
 
 def _keyed(fields: dict):
     """The new task under each key it may take, in turn (one instance, its key changed for the next try)."""
-    row = Task(**fields, key=fields["request_id"])
+    row = rowsql.build(Task, **fields, key=fields["request_id"])
     yield row
     row.key = f"{fields['request_id'][:88]}~{getattr(fields['caller'], 'pk', 0)}"
     yield row
@@ -198,7 +198,8 @@ async def invoke(*, caller, payload: dict, confirm: str | None = None, answer=No
                                  answer=answer)
         if row.mode == "async":
             return row
-        pending = TaskEvent(task=row, at=row.created_at, from_status="", to_status=TaskStatus.PENDING)
+        pending = rowsql.build(TaskEvent, task=row, at=row.created_at, from_status="",
+                               to_status=TaskStatus.PENDING)
         return await run(row, events=[pending], traceparent=headers.traceparent, on_step=on_step)
 
 
@@ -664,10 +665,10 @@ def _commit_run(row: Task, timeline: Timeline, *, attempts=(), opens_review: boo
 
 def _run_rows(row: Task, attempts) -> tuple[list[Attempt], list]:
     """The run's attempt rows and their cost entries (and the task's attempt count)."""
-    records = [Attempt(task=row, number=a.number, version_id=a.version_id, instance_id=a.instance_id,
-                       started_at=a.started_at, latency_ms=a.latency_ms, timeout_ms=a.timeout_ms, outcome=a.outcome,
-                       status_code=a.status_code, error=a.error, is_retry=a.is_retry, is_fallback=a.is_fallback,
-                       usage=a.usage) for a in attempts]
+    records = [rowsql.build(Attempt, task=row, number=a.number, version_id=a.version_id,
+                            instance_id=a.instance_id, started_at=a.started_at, latency_ms=a.latency_ms,
+                            timeout_ms=a.timeout_ms, outcome=a.outcome, status_code=a.status_code, error=a.error,
+                            is_retry=a.is_retry, is_fallback=a.is_fallback, usage=a.usage) for a in attempts]
     row.attempts_count = len(attempts)
     return records, _cost_entries(row, attempts)
 

@@ -49,15 +49,15 @@ class Timeline:
         current = self.task.status
         if to not in ALLOWED_TRANSITIONS.get(current, ()):
             raise IllegalTransition(f"{current} -> {to} is not a transition of the task state machine")
-        self.events.append(TaskEvent(task=self.task, at=timezone.now(), from_status=current, to_status=to,
-                                     detail=detail))
+        self.events.append(rowsql.build(TaskEvent, task=self.task, at=timezone.now(), from_status=current,
+                                        to_status=to, detail=detail))
         self.task.status = to
 
     def note(self, **detail) -> None:
         """An event that changes no state (a resumed run, a re-dispatch)."""
         status = self.task.status
-        self.events.append(TaskEvent(task=self.task, at=timezone.now(), from_status=status, to_status=status,
-                                     detail=detail))
+        self.events.append(rowsql.build(TaskEvent, task=self.task, at=timezone.now(), from_status=status,
+                                        to_status=status, detail=detail))
 
     def commit(self, *, fields: Iterable[str] = (), expect: Iterable[str] | None = None, attempts=(),
                cost_entries=(), opens_review: bool = False, guard: dict | None = None,

@@ -60,13 +60,13 @@ class Validator:
             try:
                 self.fast = jsonschema_rs.Draft202012Validator(schema)
             except Exception:  # a schema it will not compile: jsonschema alone
-                self.fast = None
+                pass
 
     def _surely_valid(self, instance) -> bool:
         if self.fast is None:
             return False
         try:
-            return bool(self.fast.is_valid(instance))
+            return self.fast.is_valid(instance)
         except Exception:  # a value jsonschema_rs cannot take (a type JSON has not): jsonschema decides
             return False
 

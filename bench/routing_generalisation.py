@@ -1,7 +1,7 @@
 """Does routing keep its promise on registries nobody tuned on? The two protocols of the CLINC150 README.
 
 python bench/routing_generalisation.py --data ../shared/data/clinc150/data_full.json \
-    --domains ../shared/data/clinc150/domains.json [--shots 10] [--folds all,cross,neighbours]
+    --domains ../shared/data/clinc150/domains.json [--shots 10] [--folds all,cross,neighbours[,singles]] [--only NAME,...]
 
 Every fold registers its capabilities (one per intent, --shots training examples, seeded choice) through the real
 import, embedding and calibration path, then drives the resolver the API uses, as shipped (nothing is tuned here):
@@ -11,6 +11,9 @@ import, embedding and calibration path, then drives the resolver the API uses, a
   oos_test; both halves (the calibration only ever sees the registry, so "choosing on one half" is vacuous);
 - ``neighbours:D``: the intents of the other 9 domains registered; domain D's test queries are the out-of-scope
   requests (worded like registered ones, served by nobody); all 10 rotations. ``oos_test_execute`` is also given.
+- ``singles:S`` (only with ``--folds ...,singles``): a tenth of the intents, drawn at random with seed S (0, 1, 2),
+  unregistered while their siblings stay; their test queries are the out-of-scope requests (like a tool set with
+  some of its tools unregistered: the hardest kind of unregistered neighbour).
 
 Each text is embedded once for the whole run (the real embedder, memoised in this process), so the folds cost
 one embedding pass. ``centroid_top1`` is the plain nearest-centroid baseline on the same vectors.
@@ -55,6 +58,11 @@ def folds(domains: dict[str, list[str]], intents: list[str], which: set[str]) ->
     if "neighbours" in which:
         for held in names:
             out.append((f"neighbours:{held}", sorted(i for d in names if d != held for i in domains[d]), held))
+    if "singles" in which:  # a tenth of the intents, drawn at random, unregistered while their siblings stay
+        import random
+        for seed in range(3):
+            held = set(random.Random(seed).sample(intents, len(intents) // 10))
+            out.append((f"singles:{seed}", sorted(i for i in intents if i not in held), ",".join(sorted(held))))
     return out
 
 
@@ -66,6 +74,7 @@ def main() -> None:
     parser.add_argument("--shots", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds", default="all,cross,neighbours")
+    parser.add_argument("--only", default="", help="comma-separated fold names to run (e.g. neighbours:meta)")
     args = parser.parse_args()
     data = json.loads(Path(args.data).read_text())
     domains = json.loads(Path(args.domains).read_text())
@@ -84,7 +93,10 @@ def main() -> None:
         test_by.setdefault(intent, []).append(text)
 
     results: dict[str, dict] = {}
+    only = set(filter(None, args.only.split(",")))
     for name, registered, oos_source in folds(domains, sorted(shots), set(args.folds.split(","))):
+        if only and name not in only:
+            continue
         t0 = time.time()
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE registry_capabilityvector, registry_capabilityversion, registry_capability, "
@@ -111,7 +123,8 @@ def main() -> None:
             oos = run([(t, "oos") for t, _ in data["oos_test"]])
             oos_test = None
         else:
-            oos = run([(t, "oos") for i in domains[oos_source] for t in test_by[i]])
+            held_intents = domains[oos_source] if oos_source in domains else oos_source.split(",")
+            oos = run([(t, "oos") for i in held_intents for t in test_by[i]])
             oos_test = run([(t, "oos") for t, _ in data["oos_test"]])
 
         def share(rows, cond):

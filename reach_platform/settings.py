@@ -30,6 +30,15 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raw = os.environ.get(name) or default
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw
+
+
 def _gc_threshold(text: str) -> tuple[int, int, int]:
     from django.core.exceptions import ImproperlyConfigured
 
@@ -242,6 +251,9 @@ REACH: dict[str, Any] = {
     # a wrong capability, share of requests no registered capability serves that execute anyway.
     "EXECUTE_MAX_WRONG": env_float("REACH_EXECUTE_MAX_WRONG", 0.02),
     "EXECUTE_MAX_OOS": env_float("REACH_EXECUTE_MAX_OOS", 0.05),
+    # What the out-of-scope risk is held on: the simulated unregistered neighbours pooled ("mix") or each kind of
+    # them apart ("each": stricter, for registries whose unregistered requests are siblings of registered ones).
+    "EXECUTE_OOS_COVERAGE": env_choice("REACH_EXECUTE_OOS_COVERAGE", "mix", ("mix", "each")),
     "WEIGHTS": {
         "rule": env_float("REACH_WEIGHT_RULE", 0.3),
         "semantic": env_float("REACH_WEIGHT_SEMANTIC", 0.5),

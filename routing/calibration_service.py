@@ -63,7 +63,8 @@ def calibration_refresh(*, embedder: str | None = None) -> dict:
         calibration = fit_calibration(ex, matrices(VectorKind.NEGATIVE), head=use_head,
                                       max_wrong=reach["EXECUTE_MAX_WRONG"], max_oos=reach["EXECUTE_MAX_OOS"],
                                       example_hits=hits(VectorKind.EXAMPLE), negative_hits=hits(VectorKind.NEGATIVE),
-                                      texts=extra, candidates=int(reach["CANDIDATES"]))
+                                      texts=extra, candidates=int(reach["CANDIDATES"]),
+                                      oos_coverage=reach["EXECUTE_OOS_COVERAGE"])
         head = fit_head(ex, ids, extra) if use_head else None
     RoutingCalibration.objects.update_or_create(embedder=name, defaults={
         "params": calibration.to_json(), "capabilities": len(ids), "head": head.to_bytes() if head else None})

@@ -30,19 +30,21 @@ def _world(seed: int, domains: int = 12, per_domain: int = 6, noise: float = 0.4
     return centres, draw
 
 
-def _measure(seed: int, head: bool, max_wrong: float, max_oos: float):
+def _measure(seed: int, head: bool, max_wrong: float, max_oos: float, siblings_only: bool = False,
+             coverage: str = "mix"):
     centres, draw = _world(seed)
     k = len(centres)
     rng = np.random.default_rng(seed + 1)
     # the two kinds of unregistered neighbour the calibration simulates, in equal measure: a whole domain nobody
-    # registered, and single capabilities whose siblings are registered
+    # registered, and single capabilities whose siblings are registered (``siblings_only``: 12 of the second kind)
     domain = int(rng.integers(k // 6))
-    whole = set(range(domain * 6, domain * 6 + 6))
-    unregistered = whole | set(rng.choice(sorted(set(range(k)) - whole), size=6, replace=False).tolist())
+    whole = set() if siblings_only else set(range(domain * 6, domain * 6 + 6))
+    unregistered = whole | set(rng.choice(sorted(set(range(k)) - whole), size=12 - len(whole), replace=False).tolist())
     registered = [c for c in range(k) if c not in unregistered]
     examples = [draw(c, 10) for c in registered]
     negatives = [np.zeros((0, DIM), np.float32) for _ in registered]
-    calibration = cal.fit_calibration(examples, negatives, head=head, max_wrong=max_wrong, max_oos=max_oos)
+    calibration = cal.fit_calibration(examples, negatives, head=head, max_wrong=max_wrong, max_oos=max_oos,
+                                      oos_coverage=coverage)
     X = np.vstack(examples)
     y = np.concatenate([[i] * len(e) for i, e in enumerate(examples)])
     ranker = cal._Ranker(X, y, head, negatives, 0.0)
@@ -76,6 +78,54 @@ def test_a_stricter_stated_risk_executes_less():
     loose, strict = _measure(7, False, 0.05, 0.20), _measure(7, False, 0.005, 0.01)
     assert strict["cuts"]["latin"][1] > loose["cuts"]["latin"][1]
     assert strict["wrong"] <= loose["wrong"] and strict["oos"] <= loose["oos"] and strict["right"] < loose["right"]
+
+
+def test_each_kind_coverage_holds_the_out_of_scope_level_on_the_strictest_kind():
+    rng = np.random.default_rng(3)
+    # given simulated cases: right in-scope ones, easy out-of-scope ones (a cluster left out) and hard ones
+    # (single capabilities left out) that score like right requests
+    p = np.concatenate([rng.uniform(0.5, 1.0, 400), rng.uniform(0.0, 0.3, 200), rng.uniform(0.3, 1.0, 200)])
+    right = np.arange(800) < 400
+    oos = ~right
+    kinds = np.concatenate([np.zeros(400, int), np.ones(200, int), np.full(200, 2)])
+    mixed = cal._cuts(p, right, oos, 0.02, 0.05)[1]
+    each = cal._cuts(p, right, oos, 0.02, 0.05, kinds)[1]
+    hard = cal.risk_cut(p[kinds == 2], np.ones(200, bool), 200, 0.05)
+    # when the level is held on each kind apart, then the EXECUTE cut-off is the hard kind's own
+    assert each == hard > mixed
+    # and the hard kind executes within the level there, where the pooled cut-off let it through more often
+    assert (p[kinds == 2] >= each).mean() <= 0.05 < (p[kinds == 2] >= mixed).mean()
+
+
+def test_each_kind_coverage_on_registries_whose_unregistered_capabilities_are_all_siblings():
+    runs = {coverage: [_measure(seed, True, 0.02, 0.05, siblings_only=True, coverage=coverage) for seed in range(3)]
+            for coverage in ("mix", "each")}
+    # when single capabilities are unregistered while their siblings stay, then "each" holds the stated level up
+    # to sampling error (480 out-of-scope draws a registry: one standard error about 0.01)
+    assert np.mean([r["oos"] for r in runs["each"]]) <= 0.05 + 0.01, runs
+    # and, registry by registry, never executes them more often than "mix", at a cut-off at least as strict
+    for mix, each in zip(runs["mix"], runs["each"], strict=True):
+        assert each["oos"] <= mix["oos"] and each["cuts"]["latin"][1] >= mix["cuts"]["latin"][1]
+    # and an unknown coverage is refused by name, like the setting that carries it
+    with pytest.raises(ValueError, match="mix, each"):
+        cal.fit_calibration(*_registry_of(3), oos_coverage="all")
+
+
+def test_the_coverage_setting_is_checked_when_the_settings_load(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from reach_platform.settings import env_choice
+
+    monkeypatch.setenv("REACH_EXECUTE_OOS_COVERAGE", "each")
+    assert env_choice("REACH_EXECUTE_OOS_COVERAGE", "mix", ("mix", "each")) == "each"
+    monkeypatch.setenv("REACH_EXECUTE_OOS_COVERAGE", "strict")
+    with pytest.raises(ImproperlyConfigured, match="REACH_EXECUTE_OOS_COVERAGE must be one of mix, each"):
+        env_choice("REACH_EXECUTE_OOS_COVERAGE", "mix", ("mix", "each"))
+
+
+def _registry_of(k: int):
+    _, draw = _world(0, domains=1, per_domain=k)
+    return [draw(c, 5) for c in range(k)], [np.zeros((0, DIM), np.float32) for _ in range(k)]
 
 
 def test_risk_cut_is_the_conformal_bound():
@@ -145,7 +195,7 @@ def test_a_negative_case_routed_to_its_own_capability_weighs_on_the_cut_off():
     negatives = [np.vstack([inside, draw(8, 1)])] + [np.zeros((0, DIM), np.float32) for _ in range(8)]
     # when the cases are simulated, then that negative case is a wrong in-scope case the filter does not hide
     # (compared with itself it would always be filtered out and never count)
-    F, right, oos, _, filtered = cal.simulated_cases(examples, negatives, head=False)
+    F, right, oos, _, filtered, _ = cal.simulated_cases(examples, negatives, head=False)
     wrong_unfiltered = ~right & ~oos & ~filtered
     assert wrong_unfiltered.sum() >= 1
     assert np.isclose(F[wrong_unfiltered, 2], float((examples[0] @ inside[0]).max())).any()

@@ -75,8 +75,8 @@ def test_the_head_tells_apart_what_only_the_words_tell_apart():
 def test_the_calibration_scores_its_cases_with_the_same_lexical_head():
     examples, texts, fresh = _registry(3)
     negatives = [np.zeros((0, DIM), np.float32) for _ in examples]
-    F_plain, right_plain, oos_plain, _, _ = cal.simulated_cases(examples, negatives, head=True)
-    F_words, right_words, oos_words, _, _ = cal.simulated_cases(examples, negatives, head=True, texts=texts)
+    F_plain, right_plain, oos_plain, _, _, _ = cal.simulated_cases(examples, negatives, head=True)
+    F_words, right_words, oos_words, _, _, _ = cal.simulated_cases(examples, negatives, head=True, texts=texts)
     assert len(F_plain) == len(F_words)
     # the held-back examples of twin capabilities are ranked right once the words are learnt
     assert right_words[~oos_words].mean() > right_plain[~oos_plain].mean() + 0.2

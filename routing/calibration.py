@@ -548,10 +548,9 @@ def _cuts(p: np.ndarray, right: np.ndarray, oos: np.ndarray, max_wrong: float, m
     risk is held on every kind apart (the strictest cut-off of the kinds); without, on all of them pooled."""
     inscope = ~oos
     t_wrong = risk_cut(p[inscope], ~right[inscope], int(inscope.sum()), max_wrong)
-    t_oos = 0.0
-    for kind in (np.unique(kinds[oos]) if kinds is not None else [None]):
-        sel = oos if kind is None else oos & (kinds == kind)
-        t_oos = max(t_oos, risk_cut(p[sel], np.ones(int(sel.sum()), bool), int(sel.sum()), max_oos))
+    # no out-of-scope case at all is one empty group: nothing certifies the level, so nothing executes
+    groups = [oos & (kinds == kind) for kind in np.unique(kinds[oos])] if kinds is not None else []
+    t_oos = max(risk_cut(p[sel], np.ones(int(sel.sum()), bool), int(sel.sum()), max_oos) for sel in groups or [oos])
     p_execute = max(t_wrong, t_oos)
     p_right = p[right]
     p_confirm = float(np.quantile(p_right, 1 - CONFIRM_RECALL)) if len(p_right) else 0.5

@@ -95,6 +95,9 @@ def test_each_kind_coverage_holds_the_out_of_scope_level_on_the_strictest_kind()
     assert each == hard > mixed
     # and the hard kind executes within the level there, where the pooled cut-off let it through more often
     assert (p[kinds == 2] >= each).mean() <= 0.05 < (p[kinds == 2] >= mixed).mean()
+    # and with no out-of-scope case to certify the level, nothing executes either way
+    assert cal._cuts(p[right], right[right], oos[right], 0.02, 0.05, kinds[right])[1] == float("inf")
+    assert cal._cuts(p[right], right[right], oos[right], 0.02, 0.05)[1] == float("inf")
 
 
 def test_each_kind_coverage_on_registries_whose_unregistered_capabilities_are_all_siblings():

@@ -17,7 +17,8 @@ import, embedding and calibration path, then drives the resolver the API uses, a
 
 Each text is embedded once for the whole run (the real embedder, memoised in this process), so the folds cost
 one embedding pass. ``centroid_top1`` is the plain nearest-centroid baseline on the same vectors.
-Last line: JSON with every fold's figures plus worst_* and mean_* over the folds.
+Last line: JSON with every fold's figures plus worst_* and mean_* over the folds run (the README's "13 folds" are
+the default ``--folds``; with ``singles`` the worst and mean include those three).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     only = set(filter(None, args.only.split(",")))
+    unknown = only - {name for name, _, _ in folds(domains, sorted(shots), set(args.folds.split(",")))}
+    if unknown:
+        parser.error(f"--only names no fold of --folds {args.folds}: {', '.join(sorted(unknown))}")
     for name, registered, oos_source in folds(domains, sorted(shots), set(args.folds.split(","))):
         if only and name not in only:
             continue

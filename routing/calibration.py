@@ -600,11 +600,13 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         sel = buckets == bucket
         n_in, n_out = int((sel & ~oos).sum()), int((sel & oos).sum())
         cases[bucket] = {"in_scope": n_in, "out_of_scope": n_out}
-        if per_kind:  # each kind must certify the level on its own
-            n_out = min((int((sel & (kinds == kind)).sum()) for kind in np.unique(kinds[oos])), default=0)
         # enough cases to certify the levels with none bad: (0 + 1) / (n + 1) <= alpha
         if n_in + 1 >= 1 / max_wrong and n_out + 1 >= 1 / max_oos:
-            own = _cuts(p[sel], right[sel], oos[sel], max_wrong, max_oos, kinds[sel] if per_kind else None)
+            # per kind where every kind has enough cases in the bucket; else the bucket's cases pooled, as "mix"
+            # does (and never looser than the per-kind pooled cut-off below), so "each" is never looser than "mix"
+            n_kind = min((int((sel & (kinds == kind)).sum()) for kind in np.unique(kinds[oos])), default=0)
+            apart = per_kind and n_kind + 1 >= 1 / max_oos
+            own = _cuts(p[sel], right[sel], oos[sel], max_wrong, max_oos, kinds[sel] if apart else None)
             cuts[bucket] = (max(own[0], pooled[0]) if np.isfinite(own[1]) else own[0], max(own[1], pooled[1]))
         else:
             cuts[bucket] = pooled

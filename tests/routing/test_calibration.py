@@ -109,21 +109,32 @@ def test_each_kind_coverage_on_registries_whose_unregistered_capabilities_are_al
     # and, registry by registry, never executes them more often than "mix", at a cut-off at least as strict
     for mix, each in zip(runs["mix"], runs["each"], strict=True):
         assert each["oos"] <= mix["oos"] and each["cuts"]["latin"][1] >= mix["cuts"]["latin"][1]
+    # and, where the hard kind's cut-off is the binding one, strictly fewer of them execute
+    assert any(e["oos"] < m["oos"] and e["cuts"]["latin"][1] > m["cuts"]["latin"][1]
+               for m, e in zip(runs["mix"], runs["each"], strict=True)), runs
     # and an unknown coverage is refused by name, like the setting that carries it
     with pytest.raises(ValueError, match="mix, each"):
         cal.fit_calibration(*_registry_of(3), oos_coverage="all")
 
 
-def test_the_coverage_setting_is_checked_when_the_settings_load(monkeypatch):
-    from django.core.exceptions import ImproperlyConfigured
+@pytest.mark.parametrize("value, coverage", [("each", "each"), ("", "mix"), ("strict", None)])
+def test_the_coverage_setting_is_checked_when_the_settings_load(value, coverage):
+    import os
+    import subprocess
+    import sys
 
-    from reach_platform.settings import env_choice
-
-    monkeypatch.setenv("REACH_EXECUTE_OOS_COVERAGE", "each")
-    assert env_choice("REACH_EXECUTE_OOS_COVERAGE", "mix", ("mix", "each")) == "each"
-    monkeypatch.setenv("REACH_EXECUTE_OOS_COVERAGE", "strict")
-    with pytest.raises(ImproperlyConfigured, match="REACH_EXECUTE_OOS_COVERAGE must be one of mix, each"):
-        env_choice("REACH_EXECUTE_OOS_COVERAGE", "mix", ("mix", "each"))
+    # given the setting in a fresh process's environment, when the settings load, then a known value is taken
+    # (empty: the default) and any other stops them with a message naming the choices
+    env = {**os.environ, "REACH_EXECUTE_OOS_COVERAGE": value}
+    done = subprocess.run([sys.executable, "-c", "from reach_platform import settings; "
+                           "print(settings.REACH['EXECUTE_OOS_COVERAGE'])"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    if coverage is None:
+        assert done.returncode != 0
+        assert "REACH_EXECUTE_OOS_COVERAGE must be one of mix, each, not 'strict'" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == coverage
 
 
 def _registry_of(k: int):

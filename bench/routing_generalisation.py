@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 
@@ -48,22 +49,26 @@ class MemoEmbedder:
         return np.stack([self.memo[t] for t in texts]) if texts else self.inner.encode([])
 
 
-def folds(domains: dict[str, list[str]], intents: list[str], which: set[str]) -> list[tuple[str, list[str], str]]:
+def folds(domains: dict[str, list[str]], intents: list[str], which: set[str]
+          ) -> list[tuple[str, list[str], list[str] | None]]:
+    """(name, registered intents, unregistered intents whose test queries are the out-of-scope requests; None:
+    oos_test is)."""
     names = sorted(domains)
-    out = []
+    out: list[tuple[str, list[str], list[str] | None]] = []
     if "all" in which:
-        out.append(("clinc150", intents, "oos_test"))
+        out.append(("clinc150", intents, None))
     if "cross" in which:
         for half in (names[:5], names[5:]):
-            out.append(("cross:" + "+".join(half), sorted(i for d in half for i in domains[d]), "oos_test"))
+            out.append(("cross:" + "+".join(half), sorted(i for d in half for i in domains[d]), None))
     if "neighbours" in which:
         for held in names:
-            out.append((f"neighbours:{held}", sorted(i for d in names if d != held for i in domains[d]), held))
+            out.append((f"neighbours:{held}", sorted(i for d in names if d != held for i in domains[d]),
+                        list(domains[held])))
     if "singles" in which:  # a tenth of the intents, drawn at random, unregistered while their siblings stay
-        import random
         for seed in range(3):
-            held = set(random.Random(seed).sample(intents, len(intents) // 10))
-            out.append((f"singles:{seed}", sorted(i for i in intents if i not in held), ",".join(sorted(held))))
+            unregistered = set(random.Random(seed).sample(intents, len(intents) // 10))
+            out.append((f"singles:{seed}", sorted(i for i in intents if i not in unregistered),
+                        sorted(unregistered)))
     return out
 
 
@@ -95,10 +100,11 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     only = set(filter(None, args.only.split(",")))
-    unknown = only - {name for name, _, _ in folds(domains, sorted(shots), set(args.folds.split(",")))}
+    chosen = folds(domains, sorted(shots), set(args.folds.split(",")))
+    unknown = only - {name for name, _, _ in chosen}
     if unknown:
         parser.error(f"--only names no fold of --folds {args.folds}: {', '.join(sorted(unknown))}")
-    for name, registered, oos_source in folds(domains, sorted(shots), set(args.folds.split(","))):
+    for name, registered, unregistered in chosen:
         if only and name not in only:
             continue
         t0 = time.time()
@@ -123,12 +129,11 @@ def main() -> None:
             return rows
 
         inscope = run([(t, i) for i in registered for t in test_by[i]])
-        if oos_source == "oos_test":
+        if unregistered is None:
             oos = run([(t, "oos") for t, _ in data["oos_test"]])
             oos_test = None
         else:
-            held_intents = domains[oos_source] if oos_source in domains else oos_source.split(",")
-            oos = run([(t, "oos") for i in held_intents for t in test_by[i]])
+            oos = run([(t, "oos") for i in unregistered for t in test_by[i]])
             oos_test = run([(t, "oos") for t, _ in data["oos_test"]])
 
         def share(rows, cond):

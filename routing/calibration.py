@@ -604,8 +604,8 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         if n_in + 1 >= 1 / max_wrong and n_out + 1 >= 1 / max_oos:
             # per kind where every kind has enough cases in the bucket; else the bucket's cases pooled, as "mix"
             # does (and never looser than the per-kind pooled cut-off below), so "each" is never looser than "mix"
-            n_kind = min((int((sel & (kinds == kind)).sum()) for kind in np.unique(kinds[oos])), default=0)
-            apart = per_kind and n_kind + 1 >= 1 / max_oos
+            apart = per_kind and min((int((sel & (kinds == kind)).sum()) for kind in np.unique(kinds[oos])),
+                                     default=0) + 1 >= 1 / max_oos
             own = _cuts(p[sel], right[sel], oos[sel], max_wrong, max_oos, kinds[sel] if apart else None)
             cuts[bucket] = (max(own[0], pooled[0]) if np.isfinite(own[1]) else own[0], max(own[1], pooled[1]))
         else:

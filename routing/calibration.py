@@ -586,8 +586,9 @@ def fit_calibration(examples: list[np.ndarray], negatives: list[np.ndarray], *, 
         raise ValueError(f"oos_coverage must be one of {', '.join(OOS_COVERAGES)}, not {oos_coverage!r}")
     if len(examples) < 3:
         return default_calibration(execute_at, confirm_at)
-    F, right, oos, buckets, filtered, kinds = simulated_cases(examples, negatives, head=head, seed=seed, example_hits=example_hits,
-                                                       negative_hits=negative_hits, texts=texts, candidates=candidates)
+    F, right, oos, buckets, filtered, kinds = simulated_cases(
+        examples, negatives, head=head, seed=seed, example_hits=example_hits, negative_hits=negative_hits,
+        texts=texts, candidates=candidates)
     if right.all() or not right.any():
         return default_calibration(execute_at, confirm_at)
     w = _fit_monotone_logistic(F[~filtered], right[~filtered].astype(float))

@@ -19,9 +19,31 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 django_application = get_asgi_application()
 logger = logging.getLogger(__name__)
 
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.signals import request_finished  # noqa: E402
+from django.db import connections  # noqa: E402
+
 from reach_platform import engine, serving  # noqa: E402  (after Django is set up)
 from routing import a2a_front, mcp_server, snapshot  # noqa: E402
 from routing.api import fastlane  # noqa: E402
+
+
+def close_request_connections(**_) -> None:
+    """Close the database connections of a request Django's ASGI handler served, as it ends.
+
+    Under ASGI each request runs its sync code in a thread and context of its own, so a connection kept open for
+    reuse (``CONN_MAX_AGE``) is never used again: it stayed open until the garbage collector found it, which in a
+    serving process (``serving.tune_gc``) takes a long time when traffic is light. Heartbeats of six agents and
+    read-API calls left a web process holding 60 and more connections within minutes, until PostgreSQL refused
+    new ones ("too many clients"). Django's documentation: "When using ASGI, persistent connections should be
+    disabled". Connected for Django's ASGI handler only: the invoke path's statements run on the loop's own pool
+    and in the engine's database threads, whose connections stay open."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
+
+
+request_finished.connect(close_request_connections, sender=ASGIHandler, dispatch_uid="reach-asgi-close-request")
 
 
 def _warm_up() -> None:

@@ -9,6 +9,7 @@ from its agent card through the card import service and activated), and print th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,6 +45,16 @@ def wait_for_agents(timeout: float = 60) -> None:
             return
         time.sleep(0.5)
     print(f"agents not registered after {timeout:.0f} s: {sorted(expected - live)}", flush=True)
+
+
+def wait_ok(url: str, *, tries: int) -> None:
+    """Until ``url`` answers 200 (a refused connection waits 0.2 s; at most ``tries`` attempts)."""
+    for _ in range(tries):
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
 
 
 def register_a2a_agent(url: str) -> str:
@@ -112,30 +123,26 @@ def main() -> None:
 
     from reach_platform.serving import web_command, worker_command
 
-    start("web", web_command(host, port))
-    start("worker", worker_command())
-    start("beat", [PY, "-m", "celery", "-A", "reach_platform", "beat", "-l", "warning"])
-    for _ in range(100):
-        try:
-            if httpx.get(f"{gateway}/admin/login/", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
-                     "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
-    wait_for_agents()
-    a2a_url = f"http://{host}:{A2A_PORT + int(os.environ.get('REACH_AGENT_PORT_OFFSET', '0'))}"
-    start("a2a agent", [PY, "examples/a2a_agent.py", "--descriptor", A2A_DESCRIPTOR, "--host", host, "--port",
-                        a2a_url.rsplit(":", 1)[1], "--push"])
-    for _ in range(150):
-        try:
-            if httpx.get(f"{a2a_url}/.well-known/agent-card.json", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    a2a_line = register_a2a_agent(a2a_url)
-    a2a_id = a2a_line.split(" ", 1)[0]
+    try:  # a start-up that fails stops what it started (their own sessions would outlive this process)
+        start("web", web_command(host, port))
+        start("worker", worker_command())
+        start("beat", [PY, "-m", "celery", "-A", "reach_platform", "beat", "-l", "warning"])
+        wait_ok(f"{gateway}/admin/login/", tries=100)
+        start("agents", [PY, "examples/agents/server.py", "--gateway", gateway, "--keys", str(data / "agent-keys.json"),
+                         "--port-offset", os.environ.get("REACH_AGENT_PORT_OFFSET", "0")])
+        wait_for_agents()
+        a2a_url = f"http://{host}:{A2A_PORT + int(os.environ.get('REACH_AGENT_PORT_OFFSET', '0'))}"
+        start("a2a agent", [PY, "examples/a2a_agent.py", "--descriptor", A2A_DESCRIPTOR, "--host", host, "--port",
+                            a2a_url.rsplit(":", 1)[1], "--push"])
+        wait_ok(f"{a2a_url}/.well-known/agent-card.json", tries=150)
+        a2a_line = register_a2a_agent(a2a_url)
+        a2a_id = a2a_line.split(" ", 1)[0]
 
+    except BaseException:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        raise
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
           f"  API       {gateway}/api/v1/\n  MCP       {gateway}/mcp\n"
           f"  A2A agent {a2a_line}\n"

@@ -49,12 +49,19 @@ def test_the_readme_quick_start_works_as_written():
     server = subprocess.Popen(make_run_recipe(), cwd=BASE, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        output = []
-        for line in server.stdout:
-            output.append(line)
-            if "Ctrl-C stops everything" in line:
-                break
+        output: list[str] = []
+
+        def pump() -> None:  # what the servers print, read all along (a full pipe would block them)
+            for line in server.stdout:
+                output.append(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        # make run's children keep its stdout open after it exits: wait for its last line or its exit, bounded,
+        # rather than read until that line comes
+        wait_until(lambda: server.poll() is not None or any("Ctrl-C stops everything" in line for line in output),
+                   timeout=600, message=lambda: f"make run to come up: {''.join(output)[-3000:]}")
         printed = "".join(output)
+        assert server.poll() is None, f"make run exited with {server.returncode}: {printed[-3000:]}"
         assert "Agent-Reach is up" in printed, printed[-3000:]
         assert "DEBUG=true" in printed and "Admin login: admin / pw-quickstart-1" in printed
         assert re.search(r"Caller token \(example-caller\): [0-9a-f]{40}", printed)
@@ -62,8 +69,6 @@ def test_the_readme_quick_start_works_as_written():
         assert re.search(r"A2A agent shipment-agent \(push notifications\), registered from its card "
                          r"http://127\.0\.0\.1:\d+/\.well-known/agent-card\.json: shipment\.track", printed), printed
         assert f"A2A door  {base_url}/a2a/shipment-agent/.well-known/agent-card.json" in printed
-        # keep reading what the servers print (a full pipe would block them), for the failure messages below
-        threading.Thread(target=lambda: output.extend(server.stdout), daemon=True).start()
 
         shell = " && ".join(commands[1:]).replace(README_URL, base_url)
         done = subprocess.run(["bash", "-c", f"{shell}; rc=$?; echo; echo RC=$rc; echo TOKEN=$TOKEN"], cwd=BASE,

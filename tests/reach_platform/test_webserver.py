@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import socket
 
+import httpx
 import psutil
 import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from rest_framework.authtoken.models import Token
 
 from reach_platform import webserver
-from tests.helpers import GatewayProcess, free_port, wait_until
+from tests.helpers import GatewayProcess, free_port, subprocess_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,3 +62,31 @@ def test_an_address_another_program_holds_is_refused_with_the_reason(capsys):
         with pytest.raises(SystemExit) as exit_:
             webserver.main(["--host", "127.0.0.1", "--port", str(port), "--workers", "2"])
     assert f"cannot listen on 127.0.0.1:{port}" in str(exit_.value.code)
+
+
+def test_a_served_process_closes_the_database_connection_of_each_request_django_serves():
+    """Django's ASGI handler runs a request's sync code in a thread and context of its own, so a connection kept
+    open for reuse (CONN_MAX_AGE) was never reused: it stayed open until a garbage collection, and read-API calls
+    and agents' heartbeats ran PostgreSQL out of connections ("too many clients"). The node's connections are
+    told apart by their application_name."""
+    url = subprocess_env()["DATABASE_URL"]
+    name = f"reach-node-{free_port()}"
+    node = GatewayProcess(DATABASE_URL=f"{url}{'&' if '?' in url else '?'}application_name={name}").start()
+    token = Token.objects.create(user=get_user_model().objects.create_user("reader", is_superuser=True)).key
+
+    def held() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
+            return cursor.fetchone()[0]
+
+    try:
+        with httpx.Client(base_url=node.url, headers={"Authorization": f"Token {token}"}, timeout=30) as client:
+            for _ in range(10):
+                assert client.get("/api/v1/agents/").status_code == 200
+            before = held()
+            for _ in range(100):
+                assert client.get("/api/v1/agents/").status_code == 200
+            after = held()
+        assert after <= before + 1, (before, after)  # one request's connection may still be closing
+    finally:
+        node.stop()

@@ -14,14 +14,13 @@ import os
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_finished
+from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_platform.settings")
 django_application = get_asgi_application()
 logger = logging.getLogger(__name__)
-
-from django.core.handlers.asgi import ASGIHandler  # noqa: E402
-from django.core.signals import request_finished  # noqa: E402
-from django.db import connections  # noqa: E402
 
 from reach_platform import engine, serving  # noqa: E402  (after Django is set up)
 from routing import a2a_front, mcp_server, snapshot  # noqa: E402

@@ -57,6 +57,19 @@ def wait_ok(url: str, *, tries: int) -> None:
             time.sleep(0.2)
 
 
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each started process's group, then SIGKILL what has not ended within 10 s."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.time() + 10
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def register_a2a_agent(url: str) -> str:
     """Register the example A2A agent from its card (once: a later start finds it registered), activate its
     skills' drafts (an admin may activate unreviewed drafts; a real team submits them for review) and say so."""
@@ -137,11 +150,8 @@ def main() -> None:
         wait_ok(f"{a2a_url}/.well-known/agent-card.json", tries=150)
         a2a_line = register_a2a_agent(a2a_url)
         a2a_id = a2a_line.split(" ", 1)[0]
-
     except BaseException:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+        stop_all(procs)
         raise
     print(f"\nAgent-Reach is up:\n  admin     {gateway}/admin/\n  API docs  {gateway}/api/docs/\n"
           f"  API       {gateway}/api/v1/\n  MCP       {gateway}/mcp\n"
@@ -151,17 +161,7 @@ def main() -> None:
           f"(Ctrl-C stops everything)\n", flush=True)
 
     def stop(*_):
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 10
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(procs)
         sys.exit(0)
 
     signal.signal(signal.SIGINT, stop)
